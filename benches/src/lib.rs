@@ -1,0 +1,1 @@
+//! Shared helpers for benches (the load generator arrives with the performance work).

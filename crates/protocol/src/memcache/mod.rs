@@ -1,0 +1,16 @@
+//! memcached text protocol.
+//!
+//! Server side: [`parse_request`] turns bytes from a client into a
+//! [`Request`]; [`reply`] encodes the answers. Client side (for talking to a
+//! legacy memcached pool): [`client`] encodes requests and parses replies.
+
+pub mod client;
+mod parse;
+pub mod reply;
+mod request;
+
+pub use parse::{parse_request, ParseLimits, Parsed, ProtocolError};
+pub use request::{
+    ArithCommand, Keys, Request, RetrievalCommand, StorageCommand, MAX_KEY_LEN,
+    REALTIME_MAXDELTA,
+};

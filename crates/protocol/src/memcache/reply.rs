@@ -1,0 +1,3 @@
+//! Reply encoding, straight into the caller's buffer.
+//!
+//! Implemented by the protocol work; signatures fixed here.

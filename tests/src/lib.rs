@@ -1,0 +1,1 @@
+//! Test harness: starts real redis-server / memcached / memshift processes.
