@@ -6,4 +6,4 @@ mod parse;
 
 pub use encode::{encode_command, CommandWriter};
 pub use frame::Frame;
-pub use parse::{ReplyParser, RespError};
+pub use parse::{ReplyParser, RespError, MAX_ARRAY_LEN, MAX_BULK_LEN, MAX_DEPTH, MAX_LINE_LEN};
