@@ -1,1 +1,27 @@
-fn main() {}
+use std::process::ExitCode;
+
+use memshift_proxy::cli::{self, Command};
+
+fn main() -> ExitCode {
+    let command = match cli::parse_args(std::env::args().skip(1)) {
+        Ok(c) => c,
+        Err(e) => return cli::report_usage_error(&e),
+    };
+    if let Some(code) = cli::run_command(&command) {
+        return code;
+    }
+    match command {
+        Command::Run { config } => match memshift_proxy::run::run(&config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("memshift: {}: {e}", config.display());
+                ExitCode::FAILURE
+            }
+        },
+        Command::Copy { .. } => {
+            eprintln!("memshift: copy is not available yet");
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
+}

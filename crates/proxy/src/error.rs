@@ -1,0 +1,20 @@
+//! The one error type at the proxy boundary.
+
+use crate::config::ConfigError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("ring: {0}")]
+    Ring(#[from] memshift_ring::RingError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}

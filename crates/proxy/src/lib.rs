@@ -1,0 +1,14 @@
+//! memshift: a memcached text-protocol proxy onto sharded Redis.
+//!
+//! Flow: [`server`] accepts, [`session`] parses and orders, [`proxy`] holds
+//! the ring and shards, [`redis`] translates and pipelines.
+
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod proxy;
+pub mod redis;
+pub mod run;
+pub mod server;
+pub mod session;
+pub mod stats;

@@ -1,0 +1,135 @@
+//! State shared by every session: the shards and ring (swapped whole on
+//! reload), limits, counters.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::BytesMut;
+use memshift_protocol::memcache::ParseLimits;
+use memshift_ring::Ring;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::error::ProxyError;
+use crate::redis::connection::ConnectionSettings;
+use crate::redis::shard::Shard;
+use crate::redis::{translate, BackendRequest, ReplyTo};
+use crate::stats::{ServerFacts, Stats, VERSION};
+
+/// Where keys go: the ring and the shard behind each of its slots.
+#[derive(Debug)]
+pub struct Backends {
+    pub ring: Ring,
+    pub shards: Vec<Shard>,
+}
+
+impl Backends {
+    /// Build the ring and start every shard's connections.
+    pub fn start(config: &Config, shutdown: &watch::Receiver<bool>) -> Result<Backends, ProxyError> {
+        let ring = Ring::new(&config.ring_shards(), config.ring_config())?;
+        let redis = &config.redis;
+        let shards = redis
+            .shards
+            .iter()
+            .map(|s| {
+                let settings = ConnectionSettings {
+                    addr: s.addr.clone(),
+                    username: redis.username.clone(),
+                    password: redis.password.clone(),
+                    timeout: Duration::from_millis(redis.timeout_ms),
+                    connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
+                };
+                Shard::start(
+                    s.id().to_string(),
+                    settings,
+                    redis.connections_per_shard,
+                    redis.max_inflight_per_connection,
+                    shutdown.clone(),
+                )
+            })
+            .collect();
+        Ok(Backends { ring, shards })
+    }
+}
+
+pub struct Proxy {
+    pub backends: ArcSwap<Backends>,
+    pub limits: ParseLimits,
+    pub stats: Stats,
+    pub facts: ServerFacts,
+    pub allow_flush_all: bool,
+    pub request_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
+    pub max_pending_replies: usize,
+    /// Seeds each session's CAS generator (random per process).
+    pub cas_seed: u64,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Proxy {
+    pub fn new(
+        config: &Config,
+        backends: Backends,
+        threads: usize,
+        shutdown: watch::Receiver<bool>,
+    ) -> Proxy {
+        let server = &config.server;
+        Proxy {
+            backends: ArcSwap::from_pointee(backends),
+            limits: ParseLimits {
+                max_item_size: server.max_item_size,
+            },
+            stats: Stats::default(),
+            facts: ServerFacts {
+                started: Instant::now(),
+                threads,
+                max_connections: server.max_connections,
+                version: VERSION,
+            },
+            allow_flush_all: server.allow_flush_all,
+            request_timeout: Duration::from_millis(config.redis.timeout_ms),
+            idle_timeout: (server.idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(server.idle_timeout_ms)),
+            max_pending_replies: server.max_pending_replies,
+            cas_seed: random_seed(),
+            shutdown,
+        }
+    }
+
+    /// `flush_all <delay>` once the delay has passed: FLUSHDB on every shard,
+    /// outside any session.
+    pub async fn flush_all_detached(self: Arc<Self>) {
+        let backends = self.backends.load_full();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for (i, shard) in backends.shards.iter().enumerate() {
+            let mut buf = BytesMut::new();
+            translate::flush(&mut buf);
+            let reply = ReplyTo {
+                tx: tx.clone(),
+                seq: 0,
+                part: i as u32,
+            };
+            shard.send(0, BackendRequest { cmd: buf.freeze(), reply });
+        }
+        drop(tx);
+        while let Some(reply) = rx.recv().await {
+            if let Err(e) = reply.result {
+                tracing::warn!(shard = reply.part, error = ?e, "delayed flush_all failed on a shard");
+            }
+        }
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}

@@ -1,0 +1,317 @@
+//! One long-lived, pipelined connection to a Redis shard, shared by every
+//! session that routes to it.
+//!
+//! Sessions send encoded commands through a bounded channel. A writer
+//! coalesces whatever is queued into one socket write and records each
+//! command's reply slot in FIFO order; a reader parses replies and completes
+//! the slots in the same order. When the connection breaks, every request in
+//! flight gets an error (never a reply meant for another request) and the
+//! supervisor reconnects with backoff, failing new requests fast meanwhile.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+
+use super::{scripts, BackendError, BackendRequest, ReplyTo};
+
+/// What a connection needs to know about its shard.
+#[derive(Debug, Clone)]
+pub struct ConnectionSettings {
+    pub addr: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// Largest batch the writer puts into one write.
+const MAX_BATCH_BYTES: usize = 256 * 1024;
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// A reply slot in FIFO order. `Discard` is for replies the connection asked
+/// for itself (reloading scripts).
+enum Slot {
+    Client { reply: ReplyTo, cmd: Bytes },
+    Discard,
+}
+
+struct InFlight {
+    slot: Slot,
+    sent: Instant,
+}
+
+/// Shared between the writer and reader of one connection only.
+type Queue = Arc<Mutex<VecDeque<InFlight>>>;
+
+/// Runs one connection forever (until `shutdown` flips or every sender is gone).
+pub async fn run(
+    settings: ConnectionSettings,
+    mut rx: mpsc::Receiver<BackendRequest>,
+    up: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = BACKOFF_MIN;
+    let mut logged_down = false;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match connect(&settings).await {
+            Ok(stream) => {
+                up.store(true, Ordering::Relaxed);
+                tracing::info!(shard = %settings.addr, "redis shard connected");
+                logged_down = false;
+                backoff = BACKOFF_MIN;
+                let ended = serve(stream, &settings, &mut rx, &mut shutdown).await;
+                up.store(false, Ordering::Relaxed);
+                match ended {
+                    Ended::Shutdown => return,
+                    Ended::Broken(why) => {
+                        tracing::warn!(shard = %settings.addr, reason = %why, "redis shard connection lost")
+                    }
+                }
+            }
+            Err(why) => {
+                up.store(false, Ordering::Relaxed);
+                if !logged_down {
+                    tracing::warn!(shard = %settings.addr, reason = %why, "redis shard unreachable");
+                    logged_down = true;
+                }
+            }
+        }
+        // Down: fail requests fast until the next attempt.
+        let retry_at = tokio::time::Instant::now() + backoff;
+        loop {
+            tokio::select! {
+                req = rx.recv() => match req {
+                    Some(req) => req.reply.send(Err(BackendError::Unavailable)),
+                    None => return,
+                },
+                _ = tokio::time::sleep_until(retry_at) => break,
+                _ = shutdown.changed() => return,
+            }
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Open, authenticate and load the scripts.
+async fn connect(settings: &ConnectionSettings) -> Result<TcpStream, String> {
+    let work = async {
+        let mut stream = TcpStream::connect(&settings.addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut out = BytesMut::new();
+        let mut expected = 0usize;
+        if let Some(password) = &settings.password {
+            match &settings.username {
+                Some(user) => {
+                    encode_command(&mut out, &[b"AUTH", user.as_bytes(), password.as_bytes()])
+                }
+                None => encode_command(&mut out, &[b"AUTH", password.as_bytes()]),
+            }
+            expected += 1;
+        }
+        for script in scripts::all() {
+            encode_command(&mut out, &[b"SCRIPT", b"LOAD", script.body.as_bytes()]);
+            expected += 1;
+        }
+        stream
+            .write_all(&out)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut parser = ReplyParser::new();
+        let mut buf = BytesMut::with_capacity(4096);
+        let mut replies = Vec::with_capacity(expected);
+        while replies.len() < expected {
+            match parser.parse(&mut buf) {
+                Ok(Some(frame)) => replies.push(frame),
+                Ok(None) => {
+                    let n = stream
+                        .read_buf(&mut buf)
+                        .await
+                        .map_err(|e| format!("read: {e}"))?;
+                    if n == 0 {
+                        return Err("closed during handshake".to_string());
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        for frame in &replies {
+            if let Frame::Error(e) = frame {
+                return Err(format!("handshake: {}", String::from_utf8_lossy(e)));
+            }
+        }
+        Ok(stream)
+    };
+    match tokio::time::timeout(settings.connect_timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err("connect timeout".to_string()),
+    }
+}
+
+enum Ended {
+    Shutdown,
+    Broken(String),
+}
+
+async fn serve(
+    stream: TcpStream,
+    settings: &ConnectionSettings,
+    rx: &mut mpsc::Receiver<BackendRequest>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Ended {
+    let (rd, mut wr) = stream.into_split();
+    let queue: Queue = Arc::new(Mutex::new(VecDeque::with_capacity(1024)));
+    // The reader tells the writer to re-send commands that met NOSCRIPT.
+    let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<(ReplyTo, Bytes)>();
+    let mut reader = tokio::spawn(read_loop(rd, queue.clone(), retry_tx, settings.timeout));
+    let mut wbuf = BytesMut::with_capacity(16 * 1024);
+
+    let ended = loop {
+        tokio::select! {
+            biased;
+            res = &mut reader => {
+                break Ended::Broken(match res {
+                    Ok(why) => why,
+                    Err(e) => format!("reader task: {e}"),
+                });
+            }
+            _ = shutdown.changed() => break Ended::Shutdown,
+            retry = retry_rx.recv() => {
+                if let Some((reply, cmd)) = retry {
+                    let now = Instant::now();
+                    let mut q = lock(&queue);
+                    for script in scripts::all() {
+                        encode_command(&mut wbuf, &[b"SCRIPT", b"LOAD", script.body.as_bytes()]);
+                        q.push_back(InFlight { slot: Slot::Discard, sent: now });
+                    }
+                    wbuf.extend_from_slice(&cmd);
+                    q.push_back(InFlight { slot: Slot::Client { reply, cmd }, sent: now });
+                }
+            }
+            req = rx.recv() => {
+                let Some(req) = req else { break Ended::Shutdown };
+                let now = Instant::now();
+                let mut q = lock(&queue);
+                push(&mut wbuf, &mut q, req, now);
+                while wbuf.len() < MAX_BATCH_BYTES {
+                    match rx.try_recv() {
+                        Ok(req) => push(&mut wbuf, &mut q, req, now),
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
+        if !wbuf.is_empty() {
+            if let Err(e) = wr.write_all(&wbuf).await {
+                break Ended::Broken(format!("write: {e}"));
+            }
+            wbuf.clear();
+        }
+    };
+    reader.abort();
+    let _ = shutdown_write(&mut wr).await;
+    fail_all(&queue, BackendError::ConnectionLost);
+    ended
+}
+
+async fn shutdown_write(wr: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    wr.shutdown().await
+}
+
+fn push(wbuf: &mut BytesMut, q: &mut VecDeque<InFlight>, req: BackendRequest, now: Instant) {
+    wbuf.extend_from_slice(&req.cmd);
+    q.push_back(InFlight {
+        slot: Slot::Client {
+            reply: req.reply,
+            cmd: req.cmd,
+        },
+        sent: now,
+    });
+}
+
+fn lock(queue: &Queue) -> std::sync::MutexGuard<'_, VecDeque<InFlight>> {
+    // A poisoned lock only means another task panicked mid-push; the queue
+    // itself is still consistent, so keep going.
+    queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fail_all(queue: &Queue, err: BackendError) {
+    let drained: Vec<InFlight> = lock(queue).drain(..).collect();
+    for inflight in drained {
+        if let Slot::Client { reply, .. } = inflight.slot {
+            reply.send(Err(err));
+        }
+    }
+}
+
+/// Parse replies and complete slots in order. Returns why it stopped.
+async fn read_loop(
+    mut rd: OwnedReadHalf,
+    queue: Queue,
+    retry: mpsc::UnboundedSender<(ReplyTo, Bytes)>,
+    timeout: Duration,
+) -> String {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut parser = ReplyParser::new();
+    // Wake up now and then to notice a shard that stopped answering.
+    let tick = (timeout / 2).max(Duration::from_millis(10));
+    loop {
+        loop {
+            match parser.parse(&mut buf) {
+                Ok(Some(frame)) => {
+                    let front = lock(&queue).pop_front();
+                    let Some(inflight) = front else {
+                        return "reply without a request".to_string();
+                    };
+                    match inflight.slot {
+                        Slot::Discard => {}
+                        Slot::Client { reply, cmd } => {
+                            if is_noscript(&frame) {
+                                if retry.send((reply, cmd)).is_err() {
+                                    return "writer gone".to_string();
+                                }
+                            } else {
+                                reply.send(Ok(frame));
+                            }
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return format!("protocol: {e}"),
+            }
+        }
+        match tokio::time::timeout(tick, rd.read_buf(&mut buf)).await {
+            Ok(Ok(0)) => return "closed by redis".to_string(),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return format!("read: {e}"),
+            Err(_) => {
+                let stuck = lock(&queue)
+                    .front()
+                    .is_some_and(|f| f.sent.elapsed() > timeout);
+                if stuck {
+                    return format!("no reply within {} ms", timeout.as_millis());
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+    }
+}
+
+fn is_noscript(frame: &Frame) -> bool {
+    matches!(frame, Frame::Error(e) if e.starts_with(b"NOSCRIPT"))
+}

@@ -1,0 +1,174 @@
+//! Server-side Lua for the memcached commands that one Redis command cannot
+//! do atomically. Loaded on every connection (SCRIPT LOAD) and called by
+//! EVALSHA; a NOSCRIPT reply (scripts flushed) makes the connection reload
+//! them and retry.
+//!
+//! Every script sees the value layout of `encoding.rs`: byte 1 = format
+//! version, bytes 2..5 = flags, 6..13 = CAS, 14.. = data (Lua is 1-based).
+
+/// A script and its SHA1 (what EVALSHA names it by).
+#[derive(Debug)]
+pub struct Script {
+    pub name: &'static str,
+    pub body: &'static str,
+    pub sha: String,
+}
+
+/// `cas`: KEYS[1]; ARGV[1] = expected CAS (8 bytes), ARGV[2] = new value
+/// (header + data), ARGV[3] = expiry option ("" | "EX" | "EXAT" | "PXAT"),
+/// ARGV[4] = its argument. Returns 0 NOT_FOUND, 1 EXISTS, 2 STORED.
+pub const CAS: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v or #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
+if string.sub(v, 6, 13) ~= ARGV[1] then return 1 end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], ARGV[3], ARGV[4])
+end
+return 2
+"#;
+
+/// `append`/`prepend`: KEYS[1]; ARGV[1] = new CAS (8 bytes), ARGV[2] = data,
+/// ARGV[3] = "a" (append) or "p" (prepend), ARGV[4] = max item size.
+/// Keeps flags and TTL. Returns 0 NOT_STORED, 1 STORED, 2 too large.
+pub const CONCAT: &str = r#"
+local head = redis.call('GETRANGE', KEYS[1], 0, 0)
+if head ~= '\1' then return 0 end
+local len = redis.call('STRLEN', KEYS[1])
+if len - 13 + #ARGV[2] > tonumber(ARGV[4]) then return 2 end
+if ARGV[3] == 'a' then
+  redis.call('SETRANGE', KEYS[1], 5, ARGV[1])
+  redis.call('APPEND', KEYS[1], ARGV[2])
+else
+  local v = redis.call('GET', KEYS[1])
+  redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[1] .. ARGV[2] .. string.sub(v, 14), 'KEEPTTL')
+end
+return 1
+"#;
+
+/// `incr`/`decr` on an unsigned 64-bit decimal value, with memcached 1.6's
+/// rules: the value is read like C's strtoull (leading white space, optional
+/// sign, digits, then white space or the end; out of range is an error), incr
+/// wraps at 2^64, decr stops at 0, and a result no longer than the old value
+/// is written in place padded with spaces (as memcached does), otherwise the
+/// value becomes the new number. Flags and TTL are kept; the CAS changes.
+/// Lua numbers are doubles, so the arithmetic is on two 32-bit halves.
+/// KEYS[1]; ARGV[1] = "i" | "d", ARGV[2] = delta high 32 bits, ARGV[3] = delta
+/// low 32 bits, ARGV[4] = new CAS (8 bytes). Returns the new value as a bulk
+/// string, 0 NOT_FOUND, -1 non-numeric.
+pub const ARITH: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v or #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
+local B = 4294967296
+local n = #v
+local i = 14
+local function space(c) return c == 32 or (c >= 9 and c <= 13) end
+while i <= n and space(string.byte(v, i)) do i = i + 1 end
+local neg = false
+if i <= n then
+  local c = string.byte(v, i)
+  if c == 45 then neg = true; i = i + 1 elseif c == 43 then i = i + 1 end
+end
+local start = i
+local hi, lo = 0, 0
+while i <= n do
+  local c = string.byte(v, i)
+  if c < 48 or c > 57 then break end
+  lo = lo * 10 + (c - 48)
+  local carry = math.floor(lo / B)
+  lo = lo - carry * B
+  hi = hi * 10 + carry
+  if hi >= B then return -1 end
+  i = i + 1
+end
+if i == start then return -1 end
+if i <= n then
+  local c = string.byte(v, i)
+  if not (space(c) or c == 0) then return -1 end
+end
+if neg and (hi > 0 or lo > 0) then
+  -- strtoull negates modulo 2^64; memcached rejects results with the top bit set
+  hi = B - 1 - hi
+  lo = B - lo
+  if lo == B then lo = 0; hi = hi + 1 end
+  if hi >= B then hi = hi - B end
+  if hi >= B / 2 then return -1 end
+end
+local dhi, dlo = tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[1] == 'i' then
+  lo = lo + dlo
+  local carry = 0
+  if lo >= B then lo = lo - B; carry = 1 end
+  hi = (hi + dhi + carry) % B
+else
+  if hi < dhi or (hi == dhi and lo < dlo) then
+    hi, lo = 0, 0
+  else
+    hi = hi - dhi
+    lo = lo - dlo
+    if lo < 0 then lo = lo + B; hi = hi - 1 end
+  end
+end
+local s
+if hi == 0 then
+  s = string.format('%d', lo)
+else
+  local digits = {}
+  while hi > 0 or lo > 0 do
+    local rh = hi % 10
+    hi = (hi - rh) / 10
+    local cur = rh * B + lo
+    local rl = cur % 10
+    lo = (cur - rl) / 10
+    digits[#digits + 1] = string.char(48 + rl)
+  end
+  local out = {}
+  for j = #digits, 1, -1 do out[#out + 1] = digits[j] end
+  s = table.concat(out)
+end
+local old = n - 13
+local data = s
+if #s <= old then data = s .. string.rep(' ', old - #s) end
+redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[4] .. data, 'KEEPTTL')
+return s
+"#;
+
+/// `touch <key> 0`: make the item permanent. PERSIST alone cannot tell a
+/// missing key from one without a TTL. KEYS[1]. Returns 1 TOUCHED, 0 NOT_FOUND.
+pub const TOUCH_PERSIST: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('PERSIST', KEYS[1])
+return 1
+"#;
+
+/// Indexes into [`all`].
+pub const CAS_SCRIPT: usize = 0;
+pub const CONCAT_SCRIPT: usize = 1;
+pub const ARITH_SCRIPT: usize = 2;
+pub const TOUCH_PERSIST_SCRIPT: usize = 3;
+
+/// All scripts, with SHA1s computed once.
+pub fn all() -> &'static [Script] {
+    static SCRIPTS: std::sync::OnceLock<Vec<Script>> = std::sync::OnceLock::new();
+    SCRIPTS.get_or_init(|| {
+        [
+            ("cas", CAS),
+            ("concat", CONCAT),
+            ("arith", ARITH),
+            ("touch_persist", TOUCH_PERSIST),
+        ]
+        .into_iter()
+        .map(|(name, body)| Script {
+            name,
+            body,
+            sha: sha1_smol::Sha1::from(body).digest().to_string(),
+        })
+        .collect()
+    })
+}
+
+/// SHA1 of script `index` (one of the `*_SCRIPT` constants).
+pub fn sha(index: usize) -> &'static [u8] {
+    all()[index].sha.as_bytes()
+}

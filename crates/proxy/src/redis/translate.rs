@@ -1,0 +1,317 @@
+//! memcached commands as Redis commands, and Redis replies as memcached
+//! reply lines. Pure functions: the session owns the I/O.
+
+use bytes::BytesMut;
+use memshift_protocol::memcache::{reply, ArithCommand, StorageCommand, REALTIME_MAXDELTA};
+use memshift_protocol::resp::{CommandWriter, Frame};
+
+use super::encoding::header;
+use super::scripts;
+
+/// memcached's exptime, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// 0: never expires.
+    Never,
+    /// 1..=30 days: seconds from now.
+    In(i64),
+    /// Above 30 days: an absolute Unix time still in the future.
+    At(i64),
+    /// Negative, or an absolute time not in the future: already expired.
+    Past,
+}
+
+impl Expiry {
+    /// memcached 1.6's rules for an exptime seen at `now_unix`.
+    pub fn from_exptime(exptime: i64, now_unix: i64) -> Expiry {
+        if exptime == 0 {
+            Expiry::Never
+        } else if exptime < 0 {
+            Expiry::Past
+        } else if exptime <= REALTIME_MAXDELTA {
+            Expiry::In(exptime)
+        } else if exptime <= now_unix {
+            Expiry::Past
+        } else {
+            Expiry::At(exptime)
+        }
+    }
+
+    /// Arguments for SET/GETEX: none, `EX n`, `EXAT t`, or `PXAT 1` (a time
+    /// long past: Redis stores nothing and deletes the key).
+    fn option(self) -> Option<(&'static [u8], i64)> {
+        match self {
+            Expiry::Never => None,
+            Expiry::In(s) => Some((b"EX", s)),
+            Expiry::At(t) => Some((b"EXAT", t)),
+            Expiry::Past => Some((b"PXAT", 1)),
+        }
+    }
+}
+
+/// `GET key`
+pub fn get(buf: &mut BytesMut, key: &[u8]) {
+    CommandWriter::new(buf, 2).arg(b"GET").arg(key);
+}
+
+/// `MGET key...`
+pub fn mget<'k>(buf: &mut BytesMut, keys: impl ExactSizeIterator<Item = &'k [u8]>) {
+    let mut w = CommandWriter::new(buf, 1 + keys.len());
+    w.arg(b"MGET");
+    for key in keys {
+        w.arg(key);
+    }
+}
+
+/// gat/gats: `GETEX key EX n | EXAT t | PXAT 1 | PERSIST`
+pub fn get_and_touch(buf: &mut BytesMut, key: &[u8], expiry: Expiry) {
+    match expiry.option() {
+        Some((opt, n)) => {
+            CommandWriter::new(buf, 4)
+                .arg(b"GETEX")
+                .arg(key)
+                .arg(opt)
+                .arg_i64(n);
+        }
+        None => {
+            CommandWriter::new(buf, 3)
+                .arg(b"GETEX")
+                .arg(key)
+                .arg(b"PERSIST");
+        }
+    }
+}
+
+/// set/add/replace: `SET key <header+data> [NX|XX] [expiry]`. A plain SET
+/// also clears any previous TTL, as memcached's set replaces the item.
+pub fn store(
+    buf: &mut BytesMut,
+    command: StorageCommand,
+    key: &[u8],
+    flags: u32,
+    cas: u64,
+    data: &[u8],
+    expiry: Expiry,
+) {
+    let condition: Option<&[u8]> = match command {
+        StorageCommand::Add => Some(b"NX"),
+        StorageCommand::Replace => Some(b"XX"),
+        _ => None,
+    };
+    let option = expiry.option();
+    let argc = 3 + usize::from(condition.is_some()) + if option.is_some() { 2 } else { 0 };
+    let head = header(flags, cas);
+    let mut w = CommandWriter::new(buf, argc);
+    w.arg(b"SET").arg(key).arg_parts(&[&head, data]);
+    if let Some(c) = condition {
+        w.arg(c);
+    }
+    if let Some((opt, n)) = option {
+        w.arg(opt).arg_i64(n);
+    }
+}
+
+/// cas: the CAS script.
+#[allow(clippy::too_many_arguments)]
+pub fn compare_and_swap(
+    buf: &mut BytesMut,
+    key: &[u8],
+    expected: u64,
+    flags: u32,
+    new_cas: u64,
+    data: &[u8],
+    expiry: Expiry,
+) {
+    let head = header(flags, new_cas);
+    let (opt, n): (&[u8], i64) = expiry.option().unwrap_or((b"", 0));
+    CommandWriter::new(buf, 8)
+        .arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::CAS_SCRIPT))
+        .arg(b"1")
+        .arg(key)
+        .arg(&expected.to_be_bytes())
+        .arg_parts(&[&head, data])
+        .arg(opt)
+        .arg_i64(n);
+}
+
+/// append/prepend: the concat script.
+pub fn concat(
+    buf: &mut BytesMut,
+    key: &[u8],
+    append: bool,
+    new_cas: u64,
+    data: &[u8],
+    max_item_size: usize,
+) {
+    CommandWriter::new(buf, 8)
+        .arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::CONCAT_SCRIPT))
+        .arg(b"1")
+        .arg(key)
+        .arg(&new_cas.to_be_bytes())
+        .arg(data)
+        .arg(if append { b"a" } else { b"p" })
+        .arg_u64(max_item_size as u64);
+}
+
+/// incr/decr: the arith script (delta split into 32-bit halves for Lua).
+pub fn arith(buf: &mut BytesMut, key: &[u8], command: ArithCommand, delta: u64, new_cas: u64) {
+    CommandWriter::new(buf, 8)
+        .arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::ARITH_SCRIPT))
+        .arg(b"1")
+        .arg(key)
+        .arg(match command {
+            ArithCommand::Incr => b"i",
+            ArithCommand::Decr => b"d",
+        })
+        .arg_u64(delta >> 32)
+        .arg_u64(delta & 0xFFFF_FFFF)
+        .arg(&new_cas.to_be_bytes());
+}
+
+/// `DEL key`
+pub fn delete(buf: &mut BytesMut, key: &[u8]) {
+    CommandWriter::new(buf, 2).arg(b"DEL").arg(key);
+}
+
+/// touch: EXPIRE / EXPIREAT / PEXPIREAT 1, or the persist script for 0.
+pub fn touch(buf: &mut BytesMut, key: &[u8], expiry: Expiry) {
+    let (cmd, n): (&[u8], i64) = match expiry {
+        Expiry::Never => {
+            CommandWriter::new(buf, 4)
+                .arg(b"EVALSHA")
+                .arg(scripts::sha(scripts::TOUCH_PERSIST_SCRIPT))
+                .arg(b"1")
+                .arg(key);
+            return;
+        }
+        Expiry::In(s) => (b"EXPIRE", s),
+        Expiry::At(t) => (b"EXPIREAT", t),
+        Expiry::Past => (b"PEXPIREAT", 1),
+    };
+    CommandWriter::new(buf, 3).arg(cmd).arg(key).arg_i64(n);
+}
+
+/// `FLUSHDB ASYNC`: empties the shard's keyspace at once, frees memory in
+/// the background.
+pub fn flush(buf: &mut BytesMut) {
+    CommandWriter::new(buf, 2).arg(b"FLUSHDB").arg(b"ASYNC");
+}
+
+/// Outcome of a write-type command, as memcached reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+    Deleted,
+    Touched,
+    TooLarge,
+    /// Redis answered something unexpected (an error, a wrong type).
+    Failed,
+}
+
+impl WriteOutcome {
+    pub fn line(self) -> &'static [u8] {
+        match self {
+            WriteOutcome::Stored => reply::STORED,
+            WriteOutcome::NotStored => reply::NOT_STORED,
+            WriteOutcome::Exists => reply::EXISTS,
+            WriteOutcome::NotFound => reply::NOT_FOUND,
+            WriteOutcome::Deleted => reply::DELETED,
+            WriteOutcome::Touched => reply::TOUCHED,
+            WriteOutcome::TooLarge => b"SERVER_ERROR out of memory storing object\r\n",
+            WriteOutcome::Failed => b"SERVER_ERROR backend error\r\n",
+        }
+    }
+}
+
+/// Reply to set/add/replace (`SET`), cas and append/prepend (scripts).
+pub fn storage_outcome(command: StorageCommand, frame: &Frame) -> WriteOutcome {
+    match (command, frame) {
+        (StorageCommand::Cas, Frame::Integer(0)) => WriteOutcome::NotFound,
+        (StorageCommand::Cas, Frame::Integer(1)) => WriteOutcome::Exists,
+        (StorageCommand::Cas, Frame::Integer(2)) => WriteOutcome::Stored,
+        (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(0)) => {
+            WriteOutcome::NotStored
+        }
+        (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(1)) => {
+            WriteOutcome::Stored
+        }
+        (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(2)) => {
+            WriteOutcome::TooLarge
+        }
+        (StorageCommand::Set | StorageCommand::Add | StorageCommand::Replace, Frame::Simple(_)) => {
+            WriteOutcome::Stored
+        }
+        (StorageCommand::Add | StorageCommand::Replace, Frame::Null) => WriteOutcome::NotStored,
+        _ => WriteOutcome::Failed,
+    }
+}
+
+/// Reply to DEL.
+pub fn delete_outcome(frame: &Frame) -> WriteOutcome {
+    match frame {
+        Frame::Integer(0) => WriteOutcome::NotFound,
+        Frame::Integer(_) => WriteOutcome::Deleted,
+        _ => WriteOutcome::Failed,
+    }
+}
+
+/// Reply to EXPIRE & co. or the persist script.
+pub fn touch_outcome(frame: &Frame) -> WriteOutcome {
+    match frame {
+        Frame::Integer(0) => WriteOutcome::NotFound,
+        Frame::Integer(_) => WriteOutcome::Touched,
+        _ => WriteOutcome::Failed,
+    }
+}
+
+/// Reply to the arith script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArithOutcome<'a> {
+    Value(&'a [u8]),
+    NotFound,
+    NonNumeric,
+    Failed,
+}
+
+pub fn arith_outcome(frame: &Frame) -> ArithOutcome<'_> {
+    match frame {
+        Frame::Bulk(v) => ArithOutcome::Value(v),
+        Frame::Integer(0) => ArithOutcome::NotFound,
+        Frame::Integer(-1) => ArithOutcome::NonNumeric,
+        _ => ArithOutcome::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exptime_rules_follow_memcached() {
+        let now = 1_700_000_000;
+        assert_eq!(Expiry::from_exptime(0, now), Expiry::Never);
+        assert_eq!(Expiry::from_exptime(-1, now), Expiry::Past);
+        assert_eq!(Expiry::from_exptime(1, now), Expiry::In(1));
+        assert_eq!(Expiry::from_exptime(2_592_000, now), Expiry::In(2_592_000));
+        assert_eq!(Expiry::from_exptime(2_592_001, now), Expiry::Past);
+        assert_eq!(Expiry::from_exptime(now, now), Expiry::Past);
+        assert_eq!(Expiry::from_exptime(now + 10, now), Expiry::At(now + 10));
+    }
+
+    #[test]
+    fn set_is_one_command_with_header_and_expiry() {
+        let mut buf = BytesMut::new();
+        store(&mut buf, StorageCommand::Add, b"k", 7, 9, b"v", Expiry::In(5));
+        let mut expected = Vec::new();
+        expected.extend_from_slice(b"*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$14\r\n");
+        expected.extend_from_slice(&header(7, 9));
+        expected.extend_from_slice(b"v\r\n$2\r\nNX\r\n$2\r\nEX\r\n$1\r\n5\r\n");
+        assert_eq!(&buf[..], &expected[..]);
+    }
+}

@@ -1,0 +1,102 @@
+//! Counters behind the memcached `stats` command (memcached's names).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use memshift_protocol::memcache::reply;
+
+/// The counters memcached clients and dashboards read. Relaxed atomics: each
+/// is an independent tally.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub cmd_get: AtomicU64,
+    pub cmd_set: AtomicU64,
+    pub cmd_flush: AtomicU64,
+    pub cmd_touch: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub get_expired: AtomicU64,
+    pub delete_hits: AtomicU64,
+    pub delete_misses: AtomicU64,
+    pub incr_hits: AtomicU64,
+    pub incr_misses: AtomicU64,
+    pub decr_hits: AtomicU64,
+    pub decr_misses: AtomicU64,
+    pub cas_hits: AtomicU64,
+    pub cas_misses: AtomicU64,
+    pub cas_badval: AtomicU64,
+    pub touch_hits: AtomicU64,
+    pub touch_misses: AtomicU64,
+    pub slow_consumers_closed: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+/// Add one.
+pub fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Static facts that `stats` reports next to the counters.
+#[derive(Debug, Clone)]
+pub struct ServerFacts {
+    pub started: Instant,
+    pub threads: usize,
+    pub max_connections: usize,
+    pub version: &'static str,
+}
+
+/// The version line memshift reports: memcached's protocol version first, so
+/// client libraries that parse `major.minor.patch` accept it.
+pub const VERSION: &str = concat!("1.6.18-memshift-", env!("CARGO_PKG_VERSION"));
+
+impl Stats {
+    /// Encode the `stats` reply (STAT lines and END).
+    pub fn render(&self, facts: &ServerFacts, out: &mut BytesMut) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        reply::stat(out, "pid", std::process::id());
+        reply::stat(out, "uptime", facts.started.elapsed().as_secs());
+        reply::stat(out, "time", now);
+        reply::stat(out, "version", facts.version);
+        reply::stat(out, "pointer_size", usize::BITS);
+        reply::stat(out, "curr_connections", get(&self.curr_connections));
+        reply::stat(out, "total_connections", get(&self.total_connections));
+        reply::stat(out, "rejected_connections", get(&self.rejected_connections));
+        reply::stat(out, "max_connections", facts.max_connections);
+        reply::stat(out, "cmd_get", get(&self.cmd_get));
+        reply::stat(out, "cmd_set", get(&self.cmd_set));
+        reply::stat(out, "cmd_flush", get(&self.cmd_flush));
+        reply::stat(out, "cmd_touch", get(&self.cmd_touch));
+        reply::stat(out, "get_hits", get(&self.get_hits));
+        reply::stat(out, "get_misses", get(&self.get_misses));
+        reply::stat(out, "get_expired", get(&self.get_expired));
+        reply::stat(out, "delete_misses", get(&self.delete_misses));
+        reply::stat(out, "delete_hits", get(&self.delete_hits));
+        reply::stat(out, "incr_misses", get(&self.incr_misses));
+        reply::stat(out, "incr_hits", get(&self.incr_hits));
+        reply::stat(out, "decr_misses", get(&self.decr_misses));
+        reply::stat(out, "decr_hits", get(&self.decr_hits));
+        reply::stat(out, "cas_misses", get(&self.cas_misses));
+        reply::stat(out, "cas_hits", get(&self.cas_hits));
+        reply::stat(out, "cas_badval", get(&self.cas_badval));
+        reply::stat(out, "touch_hits", get(&self.touch_hits));
+        reply::stat(out, "touch_misses", get(&self.touch_misses));
+        reply::stat(out, "bytes_read", get(&self.bytes_read));
+        reply::stat(out, "bytes_written", get(&self.bytes_written));
+        reply::stat(out, "threads", facts.threads);
+        reply::stat(
+            out,
+            "slow_consumers_closed",
+            get(&self.slow_consumers_closed),
+        );
+        out.extend_from_slice(reply::END);
+    }
+}
