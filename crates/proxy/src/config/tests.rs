@@ -892,3 +892,54 @@ fn warnings_point_out_settings_without_effect() {
     assert!(!w.contains("[memcached]"), "{w}");
     assert!(ok("").warnings().is_empty());
 }
+
+/// `config/example.toml` must show every key (set or commented out), each
+/// with a comment: derived from the resolved rendering, which lists them all.
+#[test]
+fn example_shows_every_key_with_a_comment() {
+    use std::collections::{BTreeMap, BTreeSet};
+    fn keys_by_section(text: &str, commented_keys: bool) -> BTreeMap<String, BTreeSet<String>> {
+        let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut section = String::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(h) = line.strip_prefix('[') {
+                section = h.split(']').next().unwrap_or("").to_owned();
+                continue;
+            }
+            let body = match line.strip_prefix("# ") {
+                Some(b) if commented_keys => b,
+                Some(_) => continue,
+                None => line,
+            };
+            let key = body
+                .split([' ', '='])
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(" not set");
+            if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                map.entry(section.clone())
+                    .or_default()
+                    .insert(key.to_owned());
+            }
+        }
+        map
+    }
+    let src = include_str!("../../../../config/example.toml");
+    let example_cfg = Config::from_toml_str(src).unwrap();
+    let mut full = example_cfg.clone();
+    full.redis.username = Some("u".into());
+    full.redis.password = Some("p".into());
+    let rendered = keys_by_section(&full.render_resolved(), true);
+    let shown = keys_by_section(src, true);
+    for (section, keys) in &rendered {
+        for key in keys {
+            assert!(
+                shown.get(section).is_some_and(|s| s.contains(key)),
+                "config/example.toml lacks [{section}] {key}"
+            );
+        }
+    }
+    for line in src.lines().filter(|l| l.contains(" = ")) {
+        assert!(line.contains('#'), "no comment on example line {line:?}");
+    }
+}
