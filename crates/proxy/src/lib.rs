@@ -3,9 +3,11 @@
 //! Flow: [`server`] accepts, [`session`] parses and orders, [`proxy`] holds
 //! the ring and shards, [`redis`] translates and pipelines.
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod proxy;
 pub mod redis;
 pub mod run;
