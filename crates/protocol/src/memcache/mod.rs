@@ -9,8 +9,7 @@ mod parse;
 pub mod reply;
 mod request;
 
-pub use parse::{parse_request, ParseLimits, Parsed, ProtocolError};
+pub use parse::{parse_request, ParseLimits, Parsed, ProtocolError, ITEM_OVERHEAD, MAX_LINE_LEN};
 pub use request::{
-    ArithCommand, Keys, Request, RetrievalCommand, StorageCommand, MAX_KEY_LEN,
-    REALTIME_MAXDELTA,
+    ArithCommand, Keys, Request, RetrievalCommand, StorageCommand, MAX_KEY_LEN, REALTIME_MAXDELTA,
 };

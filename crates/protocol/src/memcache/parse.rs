@@ -1,6 +1,40 @@
 //! Request parser: `&[u8]` in, a request and the bytes it used out.
+//!
+//! The parser reproduces what memcached 1.6.18 does with the same bytes, so
+//! that a client sees the same replies and the connection stays in sync the
+//! same way (see `tests/memcache_parse.rs`, each case confirmed against a live
+//! memcached 1.6.18). The points where memcached is not what its docs say:
+//!
+//! * A line ends at `\n`; one `\r` before it is dropped. Everything after a
+//!   NUL byte in a line is ignored (memcached works on C strings).
+//! * Tokens are separated by spaces only; keys may hold any other byte,
+//!   control characters included. Keys are 1..=250 bytes.
+//! * Numbers are read like C `strtol`: see [`tokens`] for the quirks (32-bit
+//!   fields keep the low 32 bits of a 64-bit value, `+5` and `\t5` are 5).
+//! * Once memcached has seen `noreply` as the last token of a command that
+//!   takes it, every later error of that command is silent too (bad numbers,
+//!   key too long, object too large, bad data chunk). Errors found before
+//!   that point (wrong token count → `ERROR`) are always answered.
+//! * Only a too-large data block is swallowed; after other errors in a
+//!   storage command the data block is read as the next command line.
+//! * A line longer than 2048 bytes closes the connection unless it starts
+//!   with `get ` or `gets ` (after at most 100 spaces), see [`MAX_LINE_LEN`].
+//! * An unknown command whose last token starts with `HTTP/` closes the
+//!   connection, unless the command starts with a letter memcached
+//!   dispatches on (`g s a c i d t`, or a two-letter `m?`).
 
-use super::Request;
+mod admin;
+mod arith;
+mod delete;
+mod meta;
+mod retrieval;
+mod storage;
+mod tokens;
+mod touch;
+
+use super::reply;
+use super::{ArithCommand, Request, RetrievalCommand, StorageCommand};
+use tokens::next_token;
 
 /// Limits that memcached enforces while parsing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +48,26 @@ impl Default for ParseLimits {
         ParseLimits {
             max_item_size: 1024 * 1024,
         }
+    }
+}
+
+/// Bytes memcached 1.6.18 (64-bit, CAS enabled) adds to a data block when it
+/// sizes an item: the item header (48), the CAS value (8), the NUL after the
+/// key (1) and the data's `\r\n` (2). Measured: with `-I 1m`, key `b` and
+/// flags 0, 1048516 data bytes are stored and 1048517 are too large.
+pub const ITEM_OVERHEAD: usize = 48 + 8 + 1 + 2;
+
+/// Extra bytes for non-zero client flags (stored as a 4-byte suffix).
+const FLAGS_SUFFIX: usize = 4;
+
+impl ParseLimits {
+    /// Largest data block memcached stores for this key length and flags:
+    /// `max_item_size - 59 - key_len - (flags != 0 ? 4 : 0)`. One byte more
+    /// gets `SERVER_ERROR object too large for cache`.
+    pub fn max_data_len(&self, key_len: usize, flags: u32) -> usize {
+        let suffix = if flags == 0 { 0 } else { FLAGS_SUFFIX };
+        self.max_item_size
+            .saturating_sub(ITEM_OVERHEAD + key_len + suffix)
     }
 }
 
@@ -45,8 +99,154 @@ pub enum Parsed<'a> {
     Invalid(ProtocolError),
 }
 
+/// Longest command line (without its `\r\n`) that is not a multi-get.
+///
+/// memcached closes the connection once it holds more than 2048 bytes with
+/// no `\n` among them, unless they start with `get `/`gets `. Whether a
+/// longer line survives in memcached depends on how the bytes arrive (a
+/// 2500-byte `delete` line read in one `read()` is served); this parser
+/// applies the rule as if bytes trickled in, except that a `\r\n` right
+/// after 2048 bytes is accepted (it usually arrives with them).
+pub const MAX_LINE_LEN: usize = 2048;
+
+/// Leading spaces memcached skips when checking an over-long line for `get `.
+const MAX_LEADING_SPACES: usize = 100;
+
+/// One command line: its text (without `\r\n`, cut at a NUL) and the bytes
+/// it takes in the input including the `\n`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Line<'a> {
+    pub(crate) text: &'a [u8],
+    pub(crate) len: usize,
+}
+
+impl<'a> Line<'a> {
+    /// Answer `reply` and drop this line.
+    pub(crate) fn reply(self, reply: &'static [u8]) -> Parsed<'a> {
+        Parsed::Invalid(ProtocolError::Reply {
+            reply,
+            skip: self.len,
+        })
+    }
+
+    /// Answer `reply`, or nothing under `noreply`, and drop this line.
+    pub(crate) fn reply_unless(self, noreply: bool, reply: &'static [u8]) -> Parsed<'a> {
+        self.reply(if noreply { b"" } else { reply })
+    }
+
+    pub(crate) fn complete(self, request: Request<&'a [u8]>) -> Parsed<'a> {
+        Parsed::Complete {
+            request,
+            consumed: self.len,
+        }
+    }
+}
+
 /// Parse one request from the front of `buf`.
 pub fn parse_request<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
-    let _ = (buf, limits);
-    todo!("implemented by the protocol work")
+    let Some(newline) = memchr::memchr(b'\n', buf) else {
+        if unterminated_too_long(buf) && !is_multiget_prefix(buf) {
+            return close_silently();
+        }
+        return Parsed::Incomplete;
+    };
+    let Some(mut text) = buf.get(..newline) else {
+        return Parsed::Incomplete;
+    };
+    if let Some(stripped) = text.strip_suffix(b"\r") {
+        text = stripped;
+    }
+    if text.len() > MAX_LINE_LEN && !is_multiget_prefix(buf) {
+        return close_silently();
+    }
+    if let Some(nul) = memchr::memchr(0, text) {
+        text = text.get(..nul).unwrap_or(text);
+    }
+    let line = Line {
+        text,
+        len: newline + 1,
+    };
+    dispatch(buf, line, limits)
+}
+
+/// No `\n` yet, and already more than a line may hold (its `\r` aside).
+fn unterminated_too_long(buf: &[u8]) -> bool {
+    match buf.len() {
+        len if len <= MAX_LINE_LEN => false,
+        len if len == MAX_LINE_LEN + 1 => buf.last() != Some(&b'\r'),
+        _ => true,
+    }
+}
+
+fn close_silently<'a>() -> Parsed<'a> {
+    Parsed::Invalid(ProtocolError::Close { reply: b"" })
+}
+
+/// memcached only lets a line grow past [`MAX_LINE_LEN`] for `get`/`gets`.
+fn is_multiget_prefix(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    if spaces > MAX_LEADING_SPACES {
+        return false;
+    }
+    let rest = buf.get(spaces..).unwrap_or_default();
+    rest.starts_with(b"get ") || rest.starts_with(b"gets ")
+}
+
+fn dispatch<'a>(buf: &'a [u8], line: Line<'a>, limits: &ParseLimits) -> Parsed<'a> {
+    let Some((command, rest)) = next_token(line.text) else {
+        return line.reply(reply::ERROR);
+    };
+    // memcached has no command shorter than two bytes.
+    if command.len() < 2 {
+        return line.reply(reply::ERROR);
+    }
+    match command {
+        b"get" | b"bget" => retrieval::parse(line, rest, RetrievalCommand::Get),
+        b"gets" => retrieval::parse(line, rest, RetrievalCommand::Gets),
+        b"gat" => retrieval::parse(line, rest, RetrievalCommand::Gat),
+        b"gats" => retrieval::parse(line, rest, RetrievalCommand::Gats),
+        b"set" => storage::parse(buf, line, rest, StorageCommand::Set, limits),
+        b"add" => storage::parse(buf, line, rest, StorageCommand::Add, limits),
+        b"replace" => storage::parse(buf, line, rest, StorageCommand::Replace, limits),
+        b"append" => storage::parse(buf, line, rest, StorageCommand::Append, limits),
+        b"prepend" => storage::parse(buf, line, rest, StorageCommand::Prepend, limits),
+        b"cas" => storage::parse(buf, line, rest, StorageCommand::Cas, limits),
+        b"incr" => arith::parse(line, rest, ArithCommand::Incr),
+        b"decr" => arith::parse(line, rest, ArithCommand::Decr),
+        b"delete" => delete::parse(line, rest),
+        b"touch" => touch::parse(line, rest),
+        b"flush_all" => admin::parse_flush_all(line, rest),
+        b"version" => line.complete(Request::Version),
+        b"quit" => line.complete(Request::Quit),
+        b"verbosity" => admin::parse_verbosity(line, rest),
+        b"stats" => admin::parse_stats(line, rest),
+        [b'm', _] => meta::parse(line, command, rest),
+        // memcached commands a proxy does not offer: answered like unknown
+        // commands, but never mistaken for HTTP.
+        b"shutdown" | b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"watch" | b"lru"
+        | b"extstore" | b"refresh_certs" | b"misbehave" | b"debugtime" => line.reply(reply::ERROR),
+        _ => unknown(line, command, rest),
+    }
+}
+
+/// memcached answers `ERROR` to an unknown command, except that it hangs up
+/// on what looks like an HTTP request line (last token `HTTP/...`) when the
+/// command's first letter is not one it dispatches on.
+fn unknown<'a>(line: Line<'a>, command: &'a [u8], rest: &'a [u8]) -> Parsed<'a> {
+    let dispatched_letter = matches!(
+        command.first(),
+        Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't')
+    );
+    if !dispatched_letter {
+        let args = tokens::Args::split(rest);
+        let last = if args.len() == 0 {
+            command
+        } else {
+            args.last()
+        };
+        if last.starts_with(b"HTTP/") {
+            return close_silently();
+        }
+    }
+    line.reply(reply::ERROR)
 }

@@ -1,4 +1,8 @@
 //! Reply encoding, straight into the caller's buffer.
+//!
+//! Fixed lines are constants; everything else is written piecewise with
+//! integers formatted on the stack (no allocation besides growing `buf`).
+//! The error lines are the exact bytes memcached 1.6.18 sends.
 
 use bytes::BytesMut;
 
@@ -13,9 +17,32 @@ pub const OK: &[u8] = b"OK\r\n";
 pub const ERROR: &[u8] = b"ERROR\r\n";
 pub const RESET: &[u8] = b"RESET\r\n";
 
+/// Malformed command line (bad number, key over 250 bytes, ...).
+pub const CLIENT_ERROR_BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+/// Data block not followed by `\r\n`.
+pub const CLIENT_ERROR_BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
+/// touch / gat / gats / flush_all with a non-numeric time.
+pub const CLIENT_ERROR_INVALID_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
+/// incr / decr with a non-numeric delta.
+pub const CLIENT_ERROR_INVALID_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
+/// delete with a hold time other than 0 (two spaces before "Usage", sic).
+pub const CLIENT_ERROR_DELETE_USAGE: &[u8] =
+    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
+/// incr / decr on a value that is not a decimal number.
+pub const CLIENT_ERROR_NON_NUMERIC: &[u8] =
+    b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+/// Data block larger than the item size limit.
+pub const SERVER_ERROR_TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+/// Allocation failure while storing.
+pub const SERVER_ERROR_OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+
+/// Longest decimal `u64`.
+const U64_DIGITS: usize = 20;
+
 /// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`
 pub fn value(buf: &mut BytesMut, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
-    buf.reserve(key.len() + data.len() + 48);
+    // "VALUE " + 3 spaces + flags + length + cas + 2 CRLFs.
+    buf.reserve(key.len() + data.len() + 6 + 3 + 10 + 2 * U64_DIGITS + 4);
     buf.extend_from_slice(b"VALUE ");
     buf.extend_from_slice(key);
     buf.extend_from_slice(b" ");
@@ -40,7 +67,7 @@ pub fn number(buf: &mut BytesMut, n: u64) {
 /// `VERSION <v>\r\n`
 pub fn version(buf: &mut BytesMut, v: &str) {
     buf.extend_from_slice(b"VERSION ");
-    buf.extend_from_slice(v.as_bytes());
+    put_line_safe(buf, v.as_bytes());
     buf.extend_from_slice(b"\r\n");
 }
 
@@ -48,62 +75,75 @@ pub fn version(buf: &mut BytesMut, v: &str) {
 pub fn stat(buf: &mut BytesMut, name: &str, value: impl std::fmt::Display) {
     use std::fmt::Write;
     buf.extend_from_slice(b"STAT ");
-    buf.extend_from_slice(name.as_bytes());
+    put_line_safe(buf, name.as_bytes());
     buf.extend_from_slice(b" ");
+    let start = buf.len();
+    // Writing into BytesMut cannot fail.
     let _ = write!(buf, "{value}");
+    if let Some(written) = buf.get_mut(start..) {
+        neutralize_line_breaks(written);
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// `STAT <name> <value>\r\n` for an integer, without `fmt`.
+pub fn stat_u64(buf: &mut BytesMut, name: &str, value: u64) {
+    buf.extend_from_slice(b"STAT ");
+    put_line_safe(buf, name.as_bytes());
+    buf.extend_from_slice(b" ");
+    put_u64(buf, value);
     buf.extend_from_slice(b"\r\n");
 }
 
 /// `SERVER_ERROR <msg>\r\n`
 pub fn server_error(buf: &mut BytesMut, msg: &str) {
     buf.extend_from_slice(b"SERVER_ERROR ");
-    buf.extend_from_slice(msg.as_bytes());
+    put_line_safe(buf, msg.as_bytes());
     buf.extend_from_slice(b"\r\n");
 }
 
 /// `CLIENT_ERROR <msg>\r\n`
 pub fn client_error(buf: &mut BytesMut, msg: &str) {
     buf.extend_from_slice(b"CLIENT_ERROR ");
-    buf.extend_from_slice(msg.as_bytes());
+    put_line_safe(buf, msg.as_bytes());
     buf.extend_from_slice(b"\r\n");
 }
 
 /// Decimal digits of `n` without allocating.
-pub fn put_u64(buf: &mut BytesMut, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
+pub fn put_u64(buf: &mut BytesMut, n: u64) {
+    let mut digits = [0u8; U64_DIGITS];
+    buf.extend_from_slice(format_u64(n, &mut digits));
+}
+
+/// Decimal digits of `n`, written at the end of `out`; returns them.
+pub fn format_u64(mut n: u64, out: &mut [u8; U64_DIGITS]) -> &[u8] {
+    let mut start = out.len();
+    for slot in out.iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        start -= 1;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    buf.extend_from_slice(&digits[i..]);
+    out.get(start..).unwrap_or_default()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn value_line_with_and_without_cas() {
-        let mut b = BytesMut::new();
-        value(&mut b, b"k", 4294967295, b"abc", None);
-        value(&mut b, b"k", 0, b"", Some(18446744073709551615));
-        assert_eq!(
-            &b[..],
-            b"VALUE k 4294967295 3\r\nabc\r\nVALUE k 0 0 18446744073709551615\r\n\r\n"
-        );
+/// Text that ends up inside a reply line: a `\r` or `\n` in it (say, from a
+/// backend's error message) would end the line early and desynchronize the
+/// client, so they become spaces.
+fn put_line_safe(buf: &mut BytesMut, text: &[u8]) {
+    let start = buf.len();
+    buf.extend_from_slice(text);
+    if let Some(written) = buf.get_mut(start..) {
+        neutralize_line_breaks(written);
     }
+}
 
-    #[test]
-    fn numbers_and_stats() {
-        let mut b = BytesMut::new();
-        number(&mut b, 0);
-        stat(&mut b, "pid", 42);
-        version(&mut b, "1.6.18");
-        assert_eq!(&b[..], b"0\r\nSTAT pid 42\r\nVERSION 1.6.18\r\n");
+fn neutralize_line_breaks(text: &mut [u8]) {
+    for b in text {
+        if *b == b'\r' || *b == b'\n' {
+            *b = b' ';
+        }
     }
 }

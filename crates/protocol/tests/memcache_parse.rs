@@ -1,0 +1,1069 @@
+//! Request parser behaviour, case by case.
+//!
+//! Every error reply, silence and close asserted here was observed from a
+//! live memcached 1.6.18 (`memcached -u root -l 127.0.0.1 -p 22122 -U 0`)
+//! with `tests/fixtures/memcache/probe.py`; the comment on each test says
+//! what memcached did. `memcache_live.rs` replays many of the same inputs
+//! against a running memcached when one is installed.
+
+mod memcache_support;
+
+use memcache_support::{run, Event};
+use memshift_protocol::memcache::{
+    parse_request, reply, ArithCommand, ParseLimits, Parsed, ProtocolError, Request,
+    RetrievalCommand, StorageCommand, ITEM_OVERHEAD,
+};
+
+const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
+const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
+const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
+const DELETE_USAGE: &[u8] =
+    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
+const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+const ERROR: &[u8] = b"ERROR\r\n";
+const SILENT: &[u8] = b"";
+
+fn parse(input: &[u8]) -> Parsed<'_> {
+    parse_request(input, &ParseLimits::default())
+}
+
+/// The request `input` holds, which must be exactly one complete request.
+fn complete(input: &[u8]) -> Request<&[u8]> {
+    match parse(input) {
+        Parsed::Complete { request, consumed } => {
+            assert_eq!(consumed, input.len(), "consumed for {input:?}");
+            request
+        }
+        other => panic!("{input:?}: expected a request, got {other:?}"),
+    }
+}
+
+/// The error reply for the first request in `input` and the bytes skipped.
+fn rejected(input: &[u8]) -> (&'static [u8], usize) {
+    match parse(input) {
+        Parsed::Invalid(ProtocolError::Reply { reply, skip }) => (reply, skip),
+        other => panic!("{input:?}: expected an error reply, got {other:?}"),
+    }
+}
+
+fn assert_reply(input: &[u8], expected: &[u8]) {
+    let (reply, skip) = rejected(input);
+    assert_eq!(
+        String::from_utf8_lossy(reply),
+        String::from_utf8_lossy(expected),
+        "reply to {input:?}"
+    );
+    let line_len = memchr::memchr(b'\n', input).unwrap() + 1;
+    assert_eq!(skip, line_len, "skip for {input:?}");
+}
+
+fn assert_closes(input: &[u8]) {
+    assert_eq!(
+        parse(input),
+        Parsed::Invalid(ProtocolError::Close { reply: b"" }),
+        "{:?}",
+        String::from_utf8_lossy(&input[..input.len().min(60)])
+    );
+}
+
+/// The error replies of a whole stream (requests as their command name).
+fn stream(input: &[u8]) -> Vec<String> {
+    let (events, left) = run(input, &ParseLimits::default());
+    let mut out: Vec<String> = events
+        .into_iter()
+        .map(|e| match e {
+            Event::Request(r) => format!("<{}>", r.command_name()),
+            Event::Reply(r) if r.is_empty() => "(silent)".to_string(),
+            Event::Reply(r) => String::from_utf8_lossy(&r).trim_end().to_string(),
+            Event::Close => "CLOSE".to_string(),
+        })
+        .collect();
+    if left != 0 {
+        out.push(format!("(left {left})"));
+    }
+    out
+}
+
+fn set<'a>(
+    key: &'a [u8],
+    flags: u32,
+    exptime: i64,
+    data: &'a [u8],
+    noreply: bool,
+) -> Request<&'a [u8]> {
+    Request::Storage {
+        command: StorageCommand::Set,
+        key,
+        flags,
+        exptime,
+        cas: 0,
+        data,
+        noreply,
+    }
+}
+
+fn keys_of(request: &Request<&[u8]>) -> Vec<Vec<u8>> {
+    match request {
+        Request::Retrieval { keys, .. } => keys.iter().map(|k| k.to_vec()).collect(),
+        other => panic!("not a retrieval: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- happy paths
+
+#[test]
+fn get_and_gets_single_and_multi() {
+    let r = complete(b"get foo\r\n");
+    assert_eq!(r.command_name(), "get");
+    assert_eq!(keys_of(&r), vec![b"foo".to_vec()]);
+    let r = complete(b"gets a bb ccc\r\n");
+    assert!(matches!(
+        r,
+        Request::Retrieval {
+            command: RetrievalCommand::Gets,
+            exptime: 0,
+            ..
+        }
+    ));
+    assert_eq!(
+        keys_of(&r),
+        vec![b"a".to_vec(), b"bb".to_vec(), b"ccc".to_vec()]
+    );
+    if let Request::Retrieval { keys, .. } = &r {
+        assert_eq!(keys.len(), 3);
+        assert_eq!(*keys.raw(), b"a bb ccc");
+    }
+}
+
+#[test]
+fn gat_and_gats_take_exptime_first() {
+    let r = complete(b"gat 100 a nokey\r\n");
+    assert!(matches!(
+        r,
+        Request::Retrieval {
+            command: RetrievalCommand::Gat,
+            exptime: 100,
+            ..
+        }
+    ));
+    assert_eq!(keys_of(&r), vec![b"a".to_vec(), b"nokey".to_vec()]);
+    let r = complete(b"gats -1 a\r\n");
+    assert!(matches!(
+        r,
+        Request::Retrieval {
+            command: RetrievalCommand::Gats,
+            exptime: -1,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bget_is_a_get() {
+    // memcached 1.6.18: `bget a` answers like `get a`.
+    assert!(matches!(
+        complete(b"bget a\r\n"),
+        Request::Retrieval {
+            command: RetrievalCommand::Get,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn storage_commands_with_and_without_noreply() {
+    assert_eq!(
+        complete(b"set a 5 0 3\r\nabc\r\n"),
+        set(b"a", 5, 0, b"abc", false)
+    );
+    assert_eq!(
+        complete(b"set a 5 0 3 noreply\r\nabc\r\n"),
+        set(b"a", 5, 0, b"abc", true)
+    );
+    for (name, command) in [
+        ("add", StorageCommand::Add),
+        ("replace", StorageCommand::Replace),
+        ("append", StorageCommand::Append),
+        ("prepend", StorageCommand::Prepend),
+    ] {
+        for noreply in [false, true] {
+            let input = format!(
+                "{name} k 1 2 1{}\r\nx\r\n",
+                if noreply { " noreply" } else { "" }
+            );
+            assert_eq!(
+                complete(input.as_bytes()),
+                Request::Storage {
+                    command,
+                    key: &b"k"[..],
+                    flags: 1,
+                    exptime: 2,
+                    cas: 0,
+                    data: &b"x"[..],
+                    noreply,
+                }
+            );
+        }
+    }
+    assert_eq!(
+        complete(b"cas a 0 0 1 999999\r\nc\r\n"),
+        Request::Storage {
+            command: StorageCommand::Cas,
+            key: &b"a"[..],
+            flags: 0,
+            exptime: 0,
+            cas: 999999,
+            data: &b"c"[..],
+            noreply: false,
+        }
+    );
+    assert!(complete(b"cas a 0 0 1 1 noreply\r\nc\r\n").noreply());
+}
+
+#[test]
+fn zero_length_data() {
+    // memcached 1.6.18: `set b 0 0 0\r\n\r\n` is STORED, get returns an empty value.
+    assert_eq!(
+        complete(b"set b 0 0 0\r\n\r\n"),
+        set(b"b", 0, 0, b"", false)
+    );
+}
+
+#[test]
+fn data_may_contain_line_breaks() {
+    assert_eq!(
+        complete(b"set a 0 0 4\r\n\r\n\r\n\r\n"),
+        set(b"a", 0, 0, b"\r\n\r\n", false)
+    );
+}
+
+#[test]
+fn incr_decr_touch_delete() {
+    assert_eq!(
+        complete(b"incr n 5\r\n"),
+        Request::Arith {
+            command: ArithCommand::Incr,
+            key: &b"n"[..],
+            delta: 5,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        complete(b"decr n 18446744073709551615 noreply\r\n"),
+        Request::Arith {
+            command: ArithCommand::Decr,
+            key: &b"n"[..],
+            delta: u64::MAX,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        complete(b"touch a 10\r\n"),
+        Request::Touch {
+            key: &b"a"[..],
+            exptime: 10,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        complete(b"touch a 10 noreply\r\n"),
+        Request::Touch {
+            key: &b"a"[..],
+            exptime: 10,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        complete(b"delete a\r\n"),
+        Request::Delete {
+            key: &b"a"[..],
+            noreply: false
+        }
+    );
+}
+
+#[test]
+fn delete_legacy_forms() {
+    // memcached 1.6.18: `delete a 0` answers, `delete a noreply` and
+    // `delete a 0 noreply` are silent.
+    let del = |key: &'static [u8], noreply| Request::Delete { key, noreply };
+    assert_eq!(complete(b"delete a 0\r\n"), del(b"a", false));
+    assert_eq!(complete(b"delete a noreply\r\n"), del(b"a", true));
+    assert_eq!(complete(b"delete a 0 noreply\r\n"), del(b"a", true));
+    // A lone `noreply` is the key: `delete noreply` answers NOT_FOUND.
+    assert_eq!(complete(b"delete noreply\r\n"), del(b"noreply", false));
+}
+
+#[test]
+fn delete_with_other_times() {
+    // memcached 1.6.18 answers the usage line to any other hold time ...
+    assert_reply(b"delete a 1\r\n", DELETE_USAGE);
+    assert_reply(b"delete a 0 0\r\n", DELETE_USAGE);
+    // ... but says nothing when the line ends in noreply.
+    assert_reply(b"delete a 1 noreply\r\n", SILENT);
+    assert_reply(b"delete a noreply noreply\r\n", SILENT);
+    // Too many or too few tokens: ERROR, even with noreply.
+    assert_reply(b"delete a 0 noreply x\r\n", ERROR);
+    assert_reply(b"delete\r\n", ERROR);
+}
+
+#[test]
+fn flush_all_forms() {
+    let flush = |delay, noreply| Request::FlushAll { delay, noreply };
+    assert_eq!(complete(b"flush_all\r\n"), flush(0, false));
+    assert_eq!(complete(b"flush_all 0\r\n"), flush(0, false));
+    assert_eq!(complete(b"flush_all 10\r\n"), flush(10, false));
+    assert_eq!(complete(b"flush_all noreply\r\n"), flush(0, true));
+    assert_eq!(complete(b"flush_all 0 noreply\r\n"), flush(0, true));
+    // memcached 1.6.18: negative delay is OK (flushes now).
+    assert_eq!(complete(b"flush_all -1\r\n"), flush(-1, false));
+    // memcached 1.6.18: a second token other than noreply is ignored: OK.
+    assert_eq!(complete(b"flush_all 0 junk\r\n"), flush(0, false));
+    // 32-bit truncation: 4294967296 is 0 (OK).
+    assert_eq!(complete(b"flush_all 4294967296\r\n"), flush(0, false));
+}
+
+#[test]
+fn flush_all_errors() {
+    // memcached 1.6.18.
+    assert_reply(b"flush_all abc\r\n", BAD_EXPTIME);
+    assert_reply(b"flush_all abc noreply\r\n", SILENT);
+    assert_reply(b"flush_all noreply junk\r\n", BAD_EXPTIME);
+    assert_reply(b"flush_all 0 noreply x\r\n", ERROR);
+}
+
+#[test]
+fn version_verbosity_quit() {
+    assert_eq!(complete(b"version\r\n"), Request::Version);
+    // memcached 1.6.18 ignores arguments to version and quit.
+    assert_eq!(complete(b"version extra args\r\n"), Request::Version);
+    assert_eq!(complete(b"quit\r\n"), Request::Quit);
+    assert_eq!(complete(b"quit now\r\n"), Request::Quit);
+    assert_eq!(
+        complete(b"verbosity 1\r\n"),
+        Request::Verbosity { noreply: false }
+    );
+    assert_eq!(
+        complete(b"verbosity 1 noreply\r\n"),
+        Request::Verbosity { noreply: true }
+    );
+    // memcached 1.6.18: a second token that is not noreply is ignored (OK);
+    // the level keeps its low 32 bits (99999999999 is OK).
+    assert_eq!(
+        complete(b"verbosity 1 junk\r\n"),
+        Request::Verbosity { noreply: false }
+    );
+    assert_eq!(
+        complete(b"verbosity 99999999999\r\n"),
+        Request::Verbosity { noreply: false }
+    );
+}
+
+#[test]
+fn verbosity_errors() {
+    // memcached 1.6.18.
+    assert_reply(b"verbosity\r\n", ERROR);
+    assert_reply(b"verbosity abc\r\n", BAD_FORMAT);
+    assert_reply(b"verbosity -1\r\n", BAD_FORMAT);
+    // `verbosity noreply`: the level is bad, and the error is silent.
+    assert_reply(b"verbosity noreply\r\n", SILENT);
+}
+
+#[test]
+fn stats_groups() {
+    assert_eq!(complete(b"stats\r\n"), Request::Stats { group: None });
+    assert_eq!(
+        complete(b"stats items\r\n"),
+        Request::Stats {
+            group: Some(&b"items"[..])
+        }
+    );
+    // memcached 1.6.18 answers ERROR to an unknown group (`stats foo`,
+    // `stats noreply`): the group is passed on for the server to decide.
+    assert_eq!(
+        complete(b"stats foo bar\r\n"),
+        Request::Stats {
+            group: Some(&b"foo"[..])
+        }
+    );
+    // memcached 1.6.18: `stats reset x x ...` (30 tokens) answers RESET:
+    // only the first token picks the group.
+    let mut line = b"stats reset".to_vec();
+    line.extend(b" x".repeat(30));
+    line.extend(b"\r\n");
+    assert_eq!(
+        complete(&line),
+        Request::Stats {
+            group: Some(&b"reset"[..])
+        }
+    );
+}
+
+// ----------------------------------------------------------------------- keys
+
+#[test]
+fn key_of_250_bytes_is_fine_251_is_not() {
+    let k250 = vec![b'k'; 250];
+    let k251 = vec![b'k'; 251];
+    let line = [b"set ", &k250[..], b" 0 0 1\r\nx\r\n"].concat();
+    assert_eq!(complete(&line), set(&k250, 0, 0, b"x", false));
+    // memcached 1.6.18: CLIENT_ERROR bad command line format for each command.
+    for command in ["get ", "gets ", "gat 0 ", "delete ", "touch "] {
+        let line = [
+            command.as_bytes(),
+            &k251,
+            if command == "touch " {
+                b" 1\r\n"
+            } else {
+                b"\r\n"
+            },
+        ]
+        .concat();
+        assert_reply(&line, BAD_FORMAT);
+    }
+    assert_reply(&[b"incr ", &k251[..], b" 1\r\n"].concat(), BAD_FORMAT);
+    // The data block of a rejected set is not swallowed: memcached runs
+    // `x` as a command and answers ERROR.
+    assert_eq!(
+        stream(&[b"set ", &k251[..], b" 0 0 1\r\nx\r\n"].concat()),
+        ["CLIENT_ERROR bad command line format", "ERROR"]
+    );
+}
+
+#[test]
+fn key_too_long_under_noreply_is_silent() {
+    // memcached 1.6.18: no reply for set/incr/delete with noreply; the data
+    // line of the set still gets ERROR.
+    let k251 = vec![b'k'; 251];
+    assert_eq!(
+        stream(&[b"set ", &k251[..], b" 0 0 1 noreply\r\nx\r\n"].concat()),
+        ["(silent)", "ERROR"]
+    );
+    assert_reply(&[b"incr ", &k251[..], b" 1 noreply\r\n"].concat(), SILENT);
+    assert_reply(&[b"delete ", &k251[..], b" noreply\r\n"].concat(), SILENT);
+}
+
+#[test]
+fn keys_may_hold_control_and_high_bytes() {
+    // memcached 1.6.18 stores and returns keys with \t, \x01, \x7f, \xff and
+    // a \r in the middle: only space, \n and NUL are special.
+    for key in [&b"a\tb"[..], b"a\x01b", b"a\x7f\xffb", b"a\rb"] {
+        let line = [b"set ", key, b" 0 0 1\r\nx\r\n"].concat();
+        assert_eq!(complete(&line), set(key, 0, 0, b"x", false));
+        let line = [b"get ", key, b"\r\n"].concat();
+        assert_eq!(keys_of(&complete(&line)), vec![key.to_vec()]);
+    }
+}
+
+#[test]
+fn nul_ends_the_line() {
+    // memcached 1.6.18 reads lines as C strings: `get a\0zzz` gets `a`, and
+    // `set b 0 0 1\0junk` is `set b 0 0 1`.
+    assert_eq!(keys_of(&complete(b"get a\x00zzz\r\n")), vec![b"a".to_vec()]);
+    assert_eq!(
+        complete(b"set b 0 0 1\x00junk\r\nx\r\n"),
+        set(b"b", 0, 0, b"x", false)
+    );
+}
+
+#[test]
+fn multiget_with_a_long_key_in_the_middle() {
+    // memcached 1.6.18: `get a <251 bytes> c` with a and c stored answers
+    // only `CLIENT_ERROR bad command line format` (no VALUE for a, no END).
+    let line = [b"get a ", &[b'k'; 251][..], b" c\r\n"].concat();
+    assert_reply(&line, BAD_FORMAT);
+    // Also past the 24th token, where memcached re-tokenizes.
+    let line = [
+        b"get".repeat(1),
+        b" z".repeat(25),
+        b" ".to_vec(),
+        vec![b'k'; 251],
+        b"\r\n".to_vec(),
+    ]
+    .concat();
+    assert_reply(&line, BAD_FORMAT);
+}
+
+#[test]
+fn many_keys_in_a_get() {
+    // memcached 1.6.18: 30 keys (past its 24-token tokenizer) all served.
+    let mut line = b"get".to_vec();
+    for _ in 0..29 {
+        line.extend(b" z");
+    }
+    line.extend(b" a\r\n");
+    let r = complete(&line);
+    assert_eq!(keys_of(&r).len(), 30);
+    assert_eq!(keys_of(&r).last().unwrap(), b"a");
+}
+
+// ---------------------------------------------------------------------- flags
+
+#[test]
+fn flags_are_32_bit_with_c_quirks() {
+    // memcached 1.6.18, each answered by `get`:
+    let flags_of = |token: &str| match complete(format!("set f {token} 0 1\r\nx\r\n").as_bytes()) {
+        Request::Storage { flags, .. } => flags,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(flags_of("4294967295"), u32::MAX);
+    assert_eq!(flags_of("4294967296"), 0); // VALUE f 0 1
+    assert_eq!(flags_of("-0"), 0);
+    assert_eq!(flags_of("+5"), 5);
+    assert_eq!(flags_of("\t5"), 5);
+    assert_eq!(flags_of("5\tjunk"), 5);
+    assert_eq!(flags_of("-18446744073709551615"), 1); // VALUE f 1 1
+}
+
+#[test]
+fn bad_flags() {
+    // memcached 1.6.18: CLIENT_ERROR, then the data line `x` is a command: ERROR.
+    for token in ["-1", "abc", "5abc", "99999999999999999999", "0x10"] {
+        let input = format!("set f {token} 0 1\r\nx\r\n");
+        assert_eq!(
+            stream(input.as_bytes()),
+            ["CLIENT_ERROR bad command line format", "ERROR"],
+            "{token}"
+        );
+    }
+    // Under noreply the CLIENT_ERROR is silent, the ERROR for `x` is not.
+    assert_eq!(
+        stream(b"set f abc 0 1 noreply\r\nx\r\n"),
+        ["(silent)", "ERROR"]
+    );
+}
+
+// -------------------------------------------------------------------- exptime
+
+#[test]
+fn exptime_keeps_the_low_32_bits() {
+    let exptime_of = |token: &str| match complete(format!("set e 0 {token} 1\r\nx\r\n").as_bytes())
+    {
+        Request::Storage { exptime, .. } => exptime,
+        other => panic!("{other:?}"),
+    };
+    // memcached 1.6.18: -1 expires at once; 2147483647 is kept;
+    // 2147483648 wraps negative (expired at once); 4294967296 is 0 (never
+    // expires); -2147483649 wraps to 2147483647 (kept); 4294967396 is 100
+    // (`me` shows exp=-100 like for 100).
+    assert_eq!(exptime_of("-1"), -1);
+    assert_eq!(exptime_of("2147483647"), 2147483647);
+    assert_eq!(exptime_of("2147483648"), -2147483648);
+    assert_eq!(exptime_of("4294967296"), 0);
+    assert_eq!(exptime_of("-2147483648"), -2147483648);
+    assert_eq!(exptime_of("-2147483649"), 2147483647);
+    assert_eq!(exptime_of("4294967396"), 100);
+    // touch and gat read it the same way (TOUCHED / value kept).
+    assert!(matches!(
+        complete(b"touch e 4294967296\r\n"),
+        Request::Touch { exptime: 0, .. }
+    ));
+    assert!(matches!(
+        complete(b"gat 2147483648 e\r\n"),
+        Request::Retrieval {
+            exptime: -2147483648,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bad_exptime() {
+    // memcached 1.6.18.
+    for token in ["abc", "99999999999999999999"] {
+        let input = format!("set e 0 {token} 1\r\nx\r\n");
+        assert_eq!(
+            stream(input.as_bytes()),
+            ["CLIENT_ERROR bad command line format", "ERROR"]
+        );
+    }
+    assert_reply(b"touch a abc\r\n", BAD_EXPTIME);
+    assert_reply(b"touch a abc noreply\r\n", SILENT);
+    assert_reply(b"gat abc a\r\n", BAD_EXPTIME);
+}
+
+// ---------------------------------------------------------------- data length
+
+#[test]
+fn bad_lengths_are_not_swallowed() {
+    // memcached 1.6.18: CLIENT_ERROR and the data line runs as a command.
+    for token in ["-1", "abc", "2147483648", "2147483646"] {
+        let input = format!("set b 0 0 {token}\r\nx\r\n");
+        assert_eq!(
+            stream(input.as_bytes()),
+            ["CLIENT_ERROR bad command line format", "ERROR"],
+            "{token}"
+        );
+    }
+    assert_eq!(
+        stream(b"set b 0 0 -1 noreply\r\nx\r\n"),
+        ["(silent)", "ERROR"]
+    );
+}
+
+#[test]
+fn length_keeps_the_low_32_bits() {
+    // memcached 1.6.18: `set b 0 0 4294967297` reads 1 data byte (STORED).
+    assert_eq!(
+        complete(b"set b 0 0 4294967297\r\nx\r\n"),
+        set(b"b", 0, 0, b"x", false)
+    );
+}
+
+#[test]
+fn too_large_is_swallowed_whole() {
+    // memcached 1.6.18: `set b 0 0 2000000` + 2000000 bytes + `\r\n` answers
+    // SERVER_ERROR object too large for cache (once the data has been read)
+    // and the next command is served normally.
+    let line = b"set b 0 0 2000000\r\n";
+    let (reply, skip) = rejected(line);
+    assert_eq!(reply, TOO_LARGE);
+    assert_eq!(skip, line.len() + 2_000_000 + 2);
+    let (reply, skip) = rejected(b"set b 0 0 2000000 noreply\r\n");
+    assert_eq!((reply, skip), (SILENT, 27 + 2_000_002));
+    // The largest length memcached parses: also swallowed (nothing answered
+    // before 2 GiB arrive).
+    let (reply, skip) = rejected(b"set b 0 0 2147483645\r\n");
+    assert_eq!((reply, skip), (TOO_LARGE, 22 + 2147483647));
+}
+
+#[test]
+fn item_size_threshold_matches_memcached() {
+    // Measured on memcached 1.6.18 with the default -I 1m by bisection:
+    // largest data stored for (key length, flags):
+    //   (1, 0) 1048516   (1, 1) 1048512   (10, 0) 1048507   (10, 1) 1048503
+    //   (250, 0) 1048267 (250, 1) 1048263
+    // and with -I 2m, key `b`, flags 0: 2097092.
+    // That is max_item_size - 59 - key_len - (flags != 0 ? 4 : 0).
+    let limits = ParseLimits::default();
+    let cases = [
+        (1, 0, 1048516),
+        (1, 1, 1048512),
+        (10, 0, 1048507),
+        (10, 1, 1048503),
+        (250, 0, 1048267),
+        (250, 1, 1048263),
+    ];
+    for (key_len, flags, max) in cases {
+        assert_eq!(limits.max_data_len(key_len, flags), max);
+        let key = vec![b'k'; key_len];
+        for (len, fits) in [(max, true), (max + 1, false)] {
+            let mut input = format!("set ").into_bytes();
+            input.extend(&key);
+            input.extend(format!(" {flags} 0 {len}\r\n").as_bytes());
+            let header = input.len();
+            input.resize(header + len, b'x');
+            input.extend(b"\r\n");
+            match parse_request(&input, &limits) {
+                Parsed::Complete { consumed, .. } => {
+                    assert!(fits, "{key_len} {flags} {len} should be too large");
+                    assert_eq!(consumed, input.len());
+                }
+                Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
+                    assert!(!fits, "{key_len} {flags} {len} should fit");
+                    assert_eq!(reply, TOO_LARGE);
+                    assert_eq!(skip, input.len());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert_eq!(ITEM_OVERHEAD, 59);
+    let two_mib = ParseLimits {
+        max_item_size: 2 * 1024 * 1024,
+    };
+    assert_eq!(two_mib.max_data_len(1, 0), 2097092);
+}
+
+// ------------------------------------------------------------ bad data chunks
+
+#[test]
+fn bad_data_chunk_consumes_exactly_length_plus_two() {
+    // memcached 1.6.18 reads exactly <bytes>+2 and checks the last two:
+    // `set b 0 0 3\r\nhello\r\n` reads "hello" → bad data chunk, then the
+    // remaining `\r\n` is an empty command → ERROR.
+    assert_eq!(
+        stream(b"set b 0 0 3\r\nhello\r\nversion\r\n"),
+        ["CLIENT_ERROR bad data chunk", "ERROR", "<version>"]
+    );
+    let (reply, skip) = rejected(b"set b 0 0 3\r\nhello\r\n");
+    assert_eq!((reply, skip), (BAD_CHUNK, 13 + 5));
+    // Short data: "abc\r\nXY" are the 7 bytes read; `\r\n` → ERROR.
+    assert_eq!(
+        stream(b"set b 0 0 5\r\nabc\r\nXY\r\nversion\r\n"),
+        ["CLIENT_ERROR bad data chunk", "ERROR", "<version>"]
+    );
+    // `\n` alone does not end a data block: "abc\nm" read, "n" → ERROR.
+    assert_eq!(
+        stream(b"set b 0 0 3\r\nabc\nmn\r\n"),
+        ["CLIENT_ERROR bad data chunk", "ERROR"]
+    );
+    // "abc\rX" read; the next line is whole.
+    assert_eq!(
+        stream(b"set b 0 0 3\r\nabc\rXversion\r\n"),
+        ["CLIENT_ERROR bad data chunk", "<version>"]
+    );
+}
+
+#[test]
+fn bad_data_chunk_under_noreply_is_silent() {
+    // memcached 1.6.18: nothing for the bad chunk, ERROR for the leftover.
+    assert_eq!(
+        stream(b"set b 0 0 3 noreply\r\nhello\r\n"),
+        ["(silent)", "ERROR"]
+    );
+}
+
+#[test]
+fn data_waits_for_its_terminator() {
+    assert_eq!(parse(b"set b 0 0 3\r\nabc"), Parsed::Incomplete);
+    assert_eq!(parse(b"set b 0 0 3\r\nabc\r"), Parsed::Incomplete);
+    // The too-large verdict does not wait for the data.
+    assert!(matches!(
+        parse(b"set b 0 0 2000000\r\n"),
+        Parsed::Invalid(ProtocolError::Reply { .. })
+    ));
+}
+
+// ------------------------------------------------------------------ line shape
+
+#[test]
+fn empty_and_blank_lines() {
+    // memcached 1.6.18: ERROR for each.
+    assert_reply(b"\r\n", ERROR);
+    assert_reply(b"\n", ERROR);
+    assert_reply(b"   \r\n", ERROR);
+    assert_reply(b"\r\r\n", ERROR);
+}
+
+#[test]
+fn lf_line_endings() {
+    // memcached 1.6.18: command lines may end in `\n` alone ...
+    assert_eq!(
+        complete(b"set a 0 0 1\nx\r\n"),
+        set(b"a", 0, 0, b"x", false)
+    );
+    assert_eq!(keys_of(&complete(b"get a\n")), vec![b"a".to_vec()]);
+    // ... data blocks may not: `x\ng` read as data → bad data chunk, then
+    // `et a` → ERROR.
+    assert_eq!(
+        stream(b"set a 0 0 1\nx\nget a\n"),
+        ["CLIENT_ERROR bad data chunk", "ERROR"]
+    );
+}
+
+#[test]
+fn spaces_between_and_around_tokens() {
+    // memcached 1.6.18: any number of spaces, leading or trailing.
+    assert_eq!(keys_of(&complete(b"get a   \r\n")), vec![b"a".to_vec()]);
+    assert_eq!(
+        complete(b"set a 0 0 1   \r\nx\r\n"),
+        set(b"a", 0, 0, b"x", false)
+    );
+    assert_eq!(
+        complete(b"set   a   0  0   1\r\nx\r\n"),
+        set(b"a", 0, 0, b"x", false)
+    );
+    assert_eq!(keys_of(&complete(b"get    a\r\n")), vec![b"a".to_vec()]);
+    assert_eq!(keys_of(&complete(b"   get a\r\n")), vec![b"a".to_vec()]);
+    // A tab is not a separator: `get\ta` is an unknown command.
+    assert_reply(b"get\ta\r\n", ERROR);
+}
+
+#[test]
+fn only_one_cr_is_dropped() {
+    // memcached 1.6.18: `get a\r\r\n` looks up "a\r" (END);
+    // `set a 0 0 1\r\r\n` has length "1\r", which strtol reads as 1.
+    assert_eq!(keys_of(&complete(b"get a\r\r\n")), vec![b"a\r".to_vec()]);
+    assert_eq!(
+        complete(b"set a 0 0 1\r\r\nx\r\n"),
+        set(b"a", 0, 0, b"x", false)
+    );
+}
+
+#[test]
+fn unknown_commands() {
+    // memcached 1.6.18: ERROR, never silent, whatever follows.
+    assert_reply(b"g\r\n", ERROR);
+    assert_reply(b"GET a\r\n", ERROR);
+    assert_reply(b"foo bar\r\n", ERROR);
+    assert_reply(b"foo noreply\r\n", ERROR);
+    assert_reply(b"quitx\r\n", ERROR);
+    assert_reply(b"shutdown\r\n", ERROR);
+    // Lowercase http/ and HTTP/ not last: plain ERROR.
+    assert_reply(b"foo http/1.1\r\n", ERROR);
+    assert_reply(b"foo HTTP/1.1 x\r\n", ERROR);
+    // Commands starting with a letter memcached dispatches on: ERROR.
+    assert_reply(b"sett HTTP/1.1\r\n", ERROR);
+}
+
+#[test]
+fn http_request_line_closes() {
+    // memcached 1.6.18 hangs up without a word.
+    assert_closes(b"GET / HTTP/1.1\r\n");
+    assert_closes(b"POST /x HTTP/1.0\r\n");
+    // `get HTTP/1.1` is a get of key "HTTP/1.1" (END).
+    assert_eq!(
+        keys_of(&complete(b"get HTTP/1.1\r\n")),
+        vec![b"HTTP/1.1".to_vec()]
+    );
+}
+
+#[test]
+fn token_counts() {
+    // memcached 1.6.18: wrong token counts answer ERROR even with noreply,
+    // and the data line then runs as a command.
+    assert_eq!(
+        stream(b"set a 0 0 1 noreply x\r\nx\r\n"),
+        ["ERROR", "ERROR"]
+    );
+    assert_eq!(stream(b"set a 0 0\r\nx\r\n"), ["ERROR", "ERROR"]);
+    assert_reply(b"cas a 0 0 1\r\n", ERROR);
+    assert_reply(b"touch a\r\n", ERROR);
+    assert_reply(b"incr a\r\n", ERROR);
+    // 23 tokens: ERROR.
+    let mut line = b"set a 0 0 1".to_vec();
+    line.extend(b" x".repeat(18));
+    line.extend(b"\r\n");
+    assert_reply(&line, ERROR);
+    let mut line = b"incr a 1".to_vec();
+    line.extend(b" x".repeat(22));
+    line.extend(b"\r\n");
+    assert_reply(&line, ERROR);
+    // memcached 1.6.18: `version` with 30 arguments still answers VERSION.
+    let mut line = b"version".to_vec();
+    line.extend(b" x".repeat(30));
+    line.extend(b"\r\n");
+    assert_eq!(complete(&line), Request::Version);
+}
+
+#[test]
+fn an_extra_token_that_is_not_noreply_is_ignored() {
+    // memcached 1.6.18: STORED / NOT_FOUND / NOT_FOUND, with replies.
+    assert_eq!(
+        complete(b"set a 0 0 1 junk\r\nx\r\n"),
+        set(b"a", 0, 0, b"x", false)
+    );
+    assert!(matches!(
+        complete(b"cas a 0 0 1 1 junk\r\nx\r\n"),
+        Request::Storage {
+            cas: 1,
+            noreply: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        complete(b"incr a 1 junk\r\n"),
+        Request::Arith { noreply: false, .. }
+    ));
+}
+
+#[test]
+fn noreply_in_place_of_a_number() {
+    // memcached 1.6.18: `set a 0 0 noreply` has 5 tokens (valid count), the
+    // last is noreply, so the bad length is silent; `x` → ERROR.
+    assert_eq!(stream(b"set a 0 0 noreply\r\nx\r\n"), ["(silent)", "ERROR"]);
+    // Same for `incr a noreply` and `touch a noreply`: nothing at all.
+    assert_reply(b"incr a noreply\r\n", SILENT);
+    assert_reply(b"touch a noreply\r\n", SILENT);
+}
+
+// ------------------------------------------------------------------ cas / incr
+
+#[test]
+fn cas_unique_errors() {
+    // memcached 1.6.18: CLIENT_ERROR bad command line format, data line ERROR.
+    for token in ["abc", "-1"] {
+        let input = format!("cas a 0 0 1 {token}\r\nx\r\n");
+        assert_eq!(
+            stream(input.as_bytes()),
+            ["CLIENT_ERROR bad command line format", "ERROR"]
+        );
+    }
+}
+
+#[test]
+fn incr_delta_errors() {
+    // memcached 1.6.18.
+    assert_reply(b"incr n abc\r\n", BAD_DELTA);
+    assert_reply(b"incr n -1\r\n", BAD_DELTA);
+    assert_reply(b"incr n 18446744073709551616\r\n", BAD_DELTA);
+    assert_reply(b"incr n abc noreply\r\n", SILENT);
+    // `-0` is a delta of 0 (NOT_FOUND for a missing key).
+    assert!(matches!(
+        complete(b"incr n -0\r\n"),
+        Request::Arith { delta: 0, .. }
+    ));
+}
+
+// -------------------------------------------------------------- gat / get args
+
+#[test]
+fn retrieval_without_keys() {
+    // memcached 1.6.18: `get` and `get ` → ERROR; `gat` → ERROR;
+    // `gat 10` → END (a lookup of no keys).
+    assert_reply(b"get\r\n", ERROR);
+    assert_reply(b"get \r\n", ERROR);
+    assert_reply(b"gets\r\n", ERROR);
+    assert_reply(b"gat\r\n", ERROR);
+    match complete(b"gat 10\r\n") {
+        Request::Retrieval { keys, exptime, .. } => {
+            assert!(keys.is_empty());
+            assert_eq!(exptime, 10);
+        }
+        other => panic!("{other:?}"),
+    }
+    // `gat 10 noreply` looks up the key "noreply" (END).
+    assert_eq!(
+        keys_of(&complete(b"gat 10 noreply\r\n")),
+        vec![b"noreply".to_vec()]
+    );
+}
+
+// ------------------------------------------------------------ over-long lines
+
+#[test]
+fn long_lines_that_are_not_multigets_close() {
+    // memcached 1.6.18: 2048 bytes without `\n` wait, 2049 close; 2048 bytes
+    // and then `\r\n` is still read as a line (ERROR).
+    assert_eq!(parse(&[b'x'; 2048]), Parsed::Incomplete);
+    assert_closes(&[b'x'; 2049]);
+    let mut line = vec![b'x'; 2048];
+    line.extend(b"\r\n");
+    assert_reply(&line, ERROR);
+    let mut line = vec![b'x'; 2049];
+    line.extend(b"\r\n");
+    assert_closes(&line);
+    // `set a 0 0 1` followed by 3000 spaces: closed.
+    let mut line = b"set a 0 0 1".to_vec();
+    line.extend([b' '; 3000]);
+    assert_closes(&line);
+    // gat is not a multiget for this rule: a 3 KiB gat line closes when it
+    // trickles in.
+    let keys: Vec<u8> = (0..400)
+        .flat_map(|i| format!("key{i:05} ").into_bytes())
+        .collect();
+    assert_closes(&[&b"gat 0 "[..], &keys[..2500]].concat());
+    // Nor are `get` without a space, `getx `, or a get after 101 spaces.
+    assert_closes(&[&b"get"[..], &[b'x'; 2500]].concat());
+    assert_closes(&[&b"getx "[..], &keys[..2500]].concat());
+    assert_closes(&[&[b' '; 101][..], b"get ", &keys[..2500]].concat());
+    assert_closes(&[&b"gets"[..], &[b'x'; 2100]].concat());
+}
+
+#[test]
+fn long_multigets_are_fine() {
+    // memcached 1.6.18: get/gets lines of any length (tried 1 MB of keys)
+    // are served, also after up to 100 leading spaces.
+    let keys: Vec<u8> = (0..400)
+        .flat_map(|i| format!(" key{i:05}").into_bytes())
+        .collect();
+    for prefix in [&b"get"[..], b"gets", &[&[b' '; 100][..], b"get"].concat()] {
+        let partial = [prefix, &keys[..2500]].concat();
+        assert_eq!(parse(&partial), Parsed::Incomplete);
+        let full = [prefix, &keys[..], b"\r\n"].concat();
+        assert_eq!(keys_of(&complete(&full)).len(), 400);
+    }
+}
+
+// ------------------------------------------------------------------ meta
+
+#[test]
+fn meta_commands_are_not_served() {
+    // memcached 1.6.18 serves mg/ms/md/ma/mn/me (and answers ERROR to other
+    // two-letter m commands like `mx`). This server does not translate meta
+    // commands, so all of them get ERROR...
+    for line in [
+        &b"mn\r\n"[..],
+        b"mg a v f t\r\n",
+        b"md a q\r\n",
+        b"ma a\r\n",
+        b"me a\r\n",
+        b"mx a\r\n",
+    ] {
+        assert_reply(line, ERROR);
+    }
+    // ... and the data block of an ms is swallowed with it, so that one
+    // request gets one reply.
+    assert_eq!(
+        stream(b"ms a 2 T0\r\nhi\r\nversion\r\n"),
+        ["ERROR", "<version>"]
+    );
+    // Without a usable length the data line is its own command.
+    assert_eq!(stream(b"ms a\r\nhi\r\n"), ["ERROR", "ERROR"]);
+}
+
+// --------------------------------------------------------- incremental input
+
+#[test]
+fn prefixes_of_requests_are_incomplete() {
+    let requests: &[&[u8]] = &[
+        b"get foo\r\n",
+        b"gets a b c\r\n",
+        b"gat 10 a\r\n",
+        b"set a 5 0 3 noreply\r\nabc\r\n",
+        b"cas a 0 0 1 99\r\nc\r\n",
+        b"incr n 5\r\n",
+        b"delete a 0 noreply\r\n",
+        b"touch a 10\r\n",
+        b"flush_all 10\r\n",
+        b"version\r\n",
+        b"verbosity 1\r\n",
+        b"stats items\r\n",
+        b"quit\r\n",
+    ];
+    for request in requests {
+        let whole = parse(request);
+        assert!(matches!(whole, Parsed::Complete { .. }), "{whole:?}");
+        for cut in 0..request.len() {
+            assert_eq!(
+                parse(&request[..cut]),
+                Parsed::Incomplete,
+                "{request:?} cut {cut}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pipelined_requests_parse_one_at_a_time() {
+    let input = b"get a\r\nset b 0 0 1\r\nx\r\ndelete b\r\n";
+    assert_eq!(stream(input), ["<get>", "<set>", "<delete>"]);
+    match parse(input) {
+        Parsed::Complete { consumed, .. } => assert_eq!(consumed, 7),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn request_slices_point_into_the_input() {
+    // Sessions re-anchor the slices on the read buffer by address: every
+    // slice, empty ones included, must lie inside the input.
+    let inputs: &[&[u8]] = &[
+        b"gat 10\r\n",
+        b"set b 0 0 0\r\n\r\n",
+        b"get a b\r\n",
+        b"stats\r\n",
+        b"stats items\r\n",
+    ];
+    for input in inputs {
+        let base = input.as_ptr() as usize;
+        let end = base + input.len();
+        complete(input).map(|s: &[u8]| {
+            let at = s.as_ptr() as usize;
+            assert!(at >= base && at + s.len() <= end, "{input:?}");
+        });
+    }
+}
+
+#[test]
+fn reply_constants_match_the_parser() {
+    assert_eq!(reply::CLIENT_ERROR_BAD_FORMAT, BAD_FORMAT);
+    assert_eq!(reply::CLIENT_ERROR_BAD_DATA_CHUNK, BAD_CHUNK);
+    assert_eq!(reply::CLIENT_ERROR_INVALID_EXPTIME, BAD_EXPTIME);
+    assert_eq!(reply::CLIENT_ERROR_INVALID_DELTA, BAD_DELTA);
+    assert_eq!(reply::CLIENT_ERROR_DELETE_USAGE, DELETE_USAGE);
+    assert_eq!(reply::SERVER_ERROR_TOO_LARGE, TOO_LARGE);
+    assert_eq!(reply::ERROR, ERROR);
+}
