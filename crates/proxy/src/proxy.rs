@@ -17,16 +17,26 @@ use crate::redis::shard::Shard;
 use crate::redis::{translate, BackendRequest, ReplyTo};
 use crate::stats::{ServerFacts, Stats, VERSION};
 
-/// Where keys go: the ring and the shard behind each of its slots.
+/// Where keys go: the ring and the shard behind each of its slots. Swapped
+/// whole on reload; a session holds the old one until its requests are
+/// routed, so requests already routed finish on their old shard.
 #[derive(Debug)]
 pub struct Backends {
     pub ring: Ring,
-    pub shards: Vec<Shard>,
+    pub shards: Vec<Arc<Shard>>,
+    /// Per-request deadline (`redis.timeout_ms`).
+    pub request_timeout: Duration,
 }
 
 impl Backends {
     /// Build the ring and start every shard's connections.
-    pub fn start(config: &Config, shutdown: &watch::Receiver<bool>) -> Result<Backends, ProxyError> {
+    pub fn start(config: &Config) -> Result<Backends, ProxyError> {
+        Backends::start_reusing(config, None)
+    }
+
+    /// Like `start`, but shards whose address and connection settings are
+    /// unchanged keep their live connections from `previous`.
+    pub fn start_reusing(config: &Config, previous: Option<&Backends>) -> Result<Backends, ProxyError> {
         let ring = Ring::new(&config.ring_shards(), config.ring_config())?;
         let redis = &config.redis;
         let shards = redis
@@ -40,16 +50,29 @@ impl Backends {
                     timeout: Duration::from_millis(redis.timeout_ms),
                     connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
                 };
-                Shard::start(
-                    s.id().to_string(),
-                    settings,
-                    redis.connections_per_shard,
-                    redis.max_inflight_per_connection,
-                    shutdown.clone(),
-                )
+                let reusable = previous.and_then(|p| {
+                    p.shards.iter().find(|old| {
+                        old.id == s.id()
+                            && *old.settings() == settings
+                            && old.connection_count() == redis.connections_per_shard.max(1)
+                    })
+                });
+                match reusable {
+                    Some(old) => old.clone(),
+                    None => Arc::new(Shard::start(
+                        s.id().to_string(),
+                        settings,
+                        redis.connections_per_shard,
+                        redis.max_inflight_per_connection,
+                    )),
+                }
             })
             .collect();
-        Ok(Backends { ring, shards })
+        Ok(Backends {
+            ring,
+            shards,
+            request_timeout: Duration::from_millis(redis.timeout_ms),
+        })
     }
 }
 
@@ -59,7 +82,6 @@ pub struct Proxy {
     pub stats: Stats,
     pub facts: ServerFacts,
     pub allow_flush_all: bool,
-    pub request_timeout: Duration,
     pub idle_timeout: Option<Duration>,
     pub max_pending_replies: usize,
     /// Seeds each session's CAS generator (random per process).
@@ -88,7 +110,6 @@ impl Proxy {
                 version: VERSION,
             },
             allow_flush_all: server.allow_flush_all,
-            request_timeout: Duration::from_millis(config.redis.timeout_ms),
             idle_timeout: (server.idle_timeout_ms > 0)
                 .then(|| Duration::from_millis(server.idle_timeout_ms)),
             max_pending_replies: server.max_pending_replies,

@@ -1,7 +1,7 @@
 //! `memshift --config FILE`: start the runtime, the shards, the listeners;
 //! stop cleanly on SIGTERM/SIGINT.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ pub fn run(config_path: &Path) -> Result<(), ProxyError> {
         .worker_threads(threads)
         .enable_all()
         .build()?;
-    runtime.block_on(serve(config, threads))
+    runtime.block_on(serve(config_path.to_path_buf(), config, threads))
 }
 
 fn init_logging(config: &Config) {
@@ -45,9 +45,9 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn serve(config: Config, threads: usize) -> Result<(), ProxyError> {
+async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), ProxyError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let backends = Backends::start(&config, &shutdown_rx)?;
+    let backends = Backends::start(&config)?;
     let proxy = Arc::new(Proxy::new(&config, backends, threads, shutdown_rx.clone()));
     let limit = Arc::new(Semaphore::new(config.server.max_connections));
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
@@ -70,7 +70,9 @@ async fn serve(config: Config, threads: usize) -> Result<(), ProxyError> {
         ));
     }
 
+    let reloader = tokio::spawn(reload_on_hangup(path, config, proxy.clone()));
     wait_for_stop_signal().await?;
+    reloader.abort();
     tracing::info!("stop signal: draining connections");
     let _ = shutdown_tx.send(true);
     for l in listeners {
@@ -79,6 +81,47 @@ async fn serve(config: Config, threads: usize) -> Result<(), ProxyError> {
     tracing::info!("stopped");
     Ok(())
 }
+
+/// SIGHUP: re-read the config file and apply what can change live. An
+/// invalid file is refused with a log line; the running config stays.
+#[cfg(unix)]
+async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler: reload disabled");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let new = match Config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "reload refused: keeping the running config");
+                continue;
+            }
+        };
+        let restart = current.restart_required_changes(&new);
+        if !restart.is_empty() {
+            tracing::warn!(settings = ?restart, "reload: these settings need a restart and keep their running values");
+        }
+        let old = proxy.backends.load_full();
+        match Backends::start_reusing(&new, Some(&old)) {
+            Ok(backends) => {
+                proxy.backends.store(Arc::new(backends));
+                tracing::info!(
+                    shards = new.redis.shards.len(),
+                    "config reloaded"
+                );
+                current = new;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reload refused: keeping the running config");
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn reload_on_hangup(_path: PathBuf, _current: Config, _proxy: Arc<Proxy>) {}
 
 #[cfg(unix)]
 async fn wait_for_stop_signal() -> Result<(), ProxyError> {

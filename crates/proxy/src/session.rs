@@ -365,11 +365,11 @@ impl Session {
         backends.shards[shard].send(self.lane, BackendRequest { cmd, reply });
     }
 
-    fn push_waiting(&mut self, op: Op, parts: u32, now: Instant) {
+    fn push_waiting(&mut self, op: Op, parts: u32, deadline: Instant) {
         self.waiting += 1;
         self.pending.push_back(Pending {
             op,
-            deadline: now + self.proxy.request_timeout,
+            deadline,
             waiting: parts,
             results: Results::with_parts(parts),
         });
@@ -380,6 +380,7 @@ impl Session {
         let backends = proxy.backends.load();
         let stats = &proxy.stats;
         let seq = self.seq_of_next();
+        let deadline = now + backends.request_timeout;
         match request {
             Request::Retrieval {
                 command,
@@ -413,9 +414,7 @@ impl Session {
                             with_cas,
                             plan,
                         },
-                        1,
-                        now,
-                    );
+                        1, deadline);
                 } else if touch {
                     let mut parts = 0u32;
                     let key_list: Vec<&[u8]> = keys.iter().collect();
@@ -431,9 +430,7 @@ impl Session {
                             with_cas,
                             plan: RetrievalPlan::PerKey,
                         },
-                        parts,
-                        now,
-                    );
+                        parts, deadline);
                 } else {
                     // Group keys by shard: one MGET per shard, all at once.
                     let shard_count = backends.shards.len();
@@ -468,9 +465,7 @@ impl Session {
                             with_cas,
                             plan: RetrievalPlan::Grouped(slots),
                         },
-                        parts,
-                        now,
-                    );
+                        parts, deadline);
                 }
             }
             Request::Storage {
@@ -517,7 +512,7 @@ impl Session {
                 }
                 let shard = backends.ring.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
-                self.push_waiting(Op::Storage { command, noreply }, 1, now);
+                self.push_waiting(Op::Storage { command, noreply }, 1, deadline);
             }
             Request::Arith {
                 command,
@@ -529,13 +524,13 @@ impl Session {
                 translate::arith(&mut self.cmd_buf, &key, command, delta, new_cas);
                 let shard = backends.ring.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
-                self.push_waiting(Op::Arith { command, noreply }, 1, now);
+                self.push_waiting(Op::Arith { command, noreply }, 1, deadline);
             }
             Request::Delete { key, noreply } => {
                 translate::delete(&mut self.cmd_buf, &key);
                 let shard = backends.ring.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
-                self.push_waiting(Op::Delete { noreply }, 1, now);
+                self.push_waiting(Op::Delete { noreply }, 1, deadline);
             }
             Request::Touch {
                 key,
@@ -547,7 +542,7 @@ impl Session {
                 translate::touch(&mut self.cmd_buf, &key, expiry);
                 let shard = backends.ring.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
-                self.push_waiting(Op::Touch { noreply }, 1, now);
+                self.push_waiting(Op::Touch { noreply }, 1, deadline);
             }
             Request::FlushAll { delay, noreply } => {
                 if !proxy.allow_flush_all {
@@ -575,7 +570,7 @@ impl Session {
                     translate::flush(&mut self.cmd_buf);
                     self.send_cmd(&backends, shard, seq, shard as u32);
                 }
-                self.push_waiting(Op::FlushAll { noreply }, shards, now);
+                self.push_waiting(Op::FlushAll { noreply }, shards, deadline);
             }
             Request::Version => {
                 let mut out = BytesMut::with_capacity(64);

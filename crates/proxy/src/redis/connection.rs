@@ -18,12 +18,12 @@ use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::{scripts, BackendError, BackendRequest, ReplyTo};
 
 /// What a connection needs to know about its shard.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionSettings {
     pub addr: String,
     pub username: Option<String>,
@@ -52,29 +52,27 @@ struct InFlight {
 /// Shared between the writer and reader of one connection only.
 type Queue = Arc<Mutex<VecDeque<InFlight>>>;
 
-/// Runs one connection forever (until `shutdown` flips or every sender is gone).
+/// Runs one connection until every sender is gone (its shard was removed
+/// from the config, or the process is stopping); requests already in flight
+/// are answered first.
 pub async fn run(
     settings: ConnectionSettings,
     mut rx: mpsc::Receiver<BackendRequest>,
     up: Arc<AtomicBool>,
-    mut shutdown: watch::Receiver<bool>,
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut logged_down = false;
     loop {
-        if *shutdown.borrow() {
-            return;
-        }
         match connect(&settings).await {
             Ok(stream) => {
                 up.store(true, Ordering::Relaxed);
                 tracing::info!(shard = %settings.addr, "redis shard connected");
                 logged_down = false;
                 backoff = BACKOFF_MIN;
-                let ended = serve(stream, &settings, &mut rx, &mut shutdown).await;
+                let ended = serve(stream, &settings, &mut rx).await;
                 up.store(false, Ordering::Relaxed);
                 match ended {
-                    Ended::Shutdown => return,
+                    Ended::Closed => return,
                     Ended::Broken(why) => {
                         tracing::warn!(shard = %settings.addr, reason = %why, "redis shard connection lost")
                     }
@@ -97,7 +95,6 @@ pub async fn run(
                     None => return,
                 },
                 _ = tokio::time::sleep_until(retry_at) => break,
-                _ = shutdown.changed() => return,
             }
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -162,7 +159,8 @@ async fn connect(settings: &ConnectionSettings) -> Result<TcpStream, String> {
 }
 
 enum Ended {
-    Shutdown,
+    /// Every sender is gone and nothing is in flight.
+    Closed,
     Broken(String),
 }
 
@@ -170,7 +168,6 @@ async fn serve(
     stream: TcpStream,
     settings: &ConnectionSettings,
     rx: &mut mpsc::Receiver<BackendRequest>,
-    shutdown: &mut watch::Receiver<bool>,
 ) -> Ended {
     let (rd, mut wr) = stream.into_split();
     let queue: Queue = Arc::new(Mutex::new(VecDeque::with_capacity(1024)));
@@ -188,7 +185,6 @@ async fn serve(
                     Err(e) => format!("reader task: {e}"),
                 });
             }
-            _ = shutdown.changed() => break Ended::Shutdown,
             retry = retry_rx.recv() => {
                 if let Some((reply, cmd)) = retry {
                     let now = Instant::now();
@@ -202,7 +198,9 @@ async fn serve(
                 }
             }
             req = rx.recv() => {
-                let Some(req) = req else { break Ended::Shutdown };
+                let Some(req) = req else {
+                    break drain(&mut reader, &queue, settings.timeout).await;
+                };
                 let now = Instant::now();
                 let mut q = lock(&queue);
                 push(&mut wbuf, &mut q, req, now);
@@ -225,6 +223,23 @@ async fn serve(
     let _ = shutdown_write(&mut wr).await;
     fail_all(&queue, BackendError::ConnectionLost);
     ended
+}
+
+/// No more requests will come: wait for the replies still owed (bounded by
+/// the request timeout), then close.
+async fn drain(
+    reader: &mut tokio::task::JoinHandle<String>,
+    queue: &Queue,
+    timeout: Duration,
+) -> Ended {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !lock(queue).is_empty() {
+        if reader.is_finished() || tokio::time::Instant::now() >= deadline {
+            return Ended::Broken("closed with replies outstanding".to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ended::Closed
 }
 
 async fn shutdown_write(wr: &mut OwnedWriteHalf) -> std::io::Result<()> {

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::connection::{self, ConnectionSettings};
 use super::{BackendError, BackendRequest};
@@ -15,7 +15,7 @@ pub const DEFAULT_QUEUE_DEPTH: usize = 10_000;
 
 #[derive(Debug)]
 pub struct Shard {
-    pub addr: String,
+    settings: ConnectionSettings,
     /// Label for metrics and logs: the shard's name, or its address.
     pub id: String,
     conns: Vec<mpsc::Sender<BackendRequest>>,
@@ -29,24 +29,18 @@ impl Shard {
         settings: ConnectionSettings,
         connections: usize,
         queue_depth: usize,
-        shutdown: watch::Receiver<bool>,
     ) -> Shard {
         let mut conns = Vec::with_capacity(connections);
         let mut up = Vec::with_capacity(connections);
         for _ in 0..connections.max(1) {
             let (tx, rx) = mpsc::channel(queue_depth.max(1));
             let flag = Arc::new(AtomicBool::new(false));
-            tokio::spawn(connection::run(
-                settings.clone(),
-                rx,
-                flag.clone(),
-                shutdown.clone(),
-            ));
+            tokio::spawn(connection::run(settings.clone(), rx, flag.clone()));
             conns.push(tx);
             up.push(flag);
         }
         Shard {
-            addr: settings.addr,
+            settings,
             id,
             conns,
             up,
@@ -69,6 +63,14 @@ impl Shard {
     /// True while at least one connection is established.
     pub fn is_up(&self) -> bool {
         self.up.iter().any(|u| u.load(Ordering::Relaxed))
+    }
+
+    pub fn settings(&self) -> &ConnectionSettings {
+        &self.settings
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.settings.addr
     }
 
     pub fn connection_count(&self) -> usize {
