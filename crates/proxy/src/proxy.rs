@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use crate::error::ProxyError;
+use crate::metrics::{Backend, Metrics};
 use crate::redis::connection::ConnectionSettings;
 use crate::redis::shard::Shard;
 use crate::redis::{translate, BackendRequest, ReplyTo};
@@ -30,13 +31,17 @@ pub struct Backends {
 
 impl Backends {
     /// Build the ring and start every shard's connections.
-    pub fn start(config: &Config) -> Result<Backends, ProxyError> {
-        Backends::start_reusing(config, None)
+    pub fn start(config: &Config, metrics: &Metrics) -> Result<Backends, ProxyError> {
+        Backends::start_reusing(config, None, metrics)
     }
 
     /// Like `start`, but shards whose address and connection settings are
     /// unchanged keep their live connections from `previous`.
-    pub fn start_reusing(config: &Config, previous: Option<&Backends>) -> Result<Backends, ProxyError> {
+    pub fn start_reusing(
+        config: &Config,
+        previous: Option<&Backends>,
+        metrics: &Metrics,
+    ) -> Result<Backends, ProxyError> {
         let ring = Ring::new(&config.ring_shards(), config.ring_config())?;
         let redis = &config.redis;
         let shards = redis
@@ -64,6 +69,7 @@ impl Backends {
                         settings,
                         redis.connections_per_shard,
                         redis.max_inflight_per_connection,
+                        metrics.shard(Backend::Redis, s.id()),
                     )),
                 }
             })
@@ -78,6 +84,7 @@ impl Backends {
 
 pub struct Proxy {
     pub backends: ArcSwap<Backends>,
+    pub metrics: Arc<Metrics>,
     pub limits: ParseLimits,
     pub stats: Stats,
     pub facts: ServerFacts,
@@ -93,12 +100,14 @@ impl Proxy {
     pub fn new(
         config: &Config,
         backends: Backends,
+        metrics: Arc<Metrics>,
         threads: usize,
         shutdown: watch::Receiver<bool>,
     ) -> Proxy {
         let server = &config.server;
         Proxy {
             backends: ArcSwap::from_pointee(backends),
+            metrics,
             limits: ParseLimits {
                 max_item_size: server.max_item_size,
             },
@@ -131,7 +140,13 @@ impl Proxy {
                 seq: 0,
                 part: i as u32,
             };
-            shard.send(0, BackendRequest { cmd: buf.freeze(), reply });
+            shard.send(
+                0,
+                BackendRequest {
+                    cmd: buf.freeze(),
+                    reply,
+                },
+            );
         }
         drop(tx);
         while let Some(reply) = rx.recv().await {

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 
+use crate::admin::{self, AdminState};
 use crate::config::{Config, LogFormat};
 use crate::error::ProxyError;
+use crate::metrics::Metrics;
 use crate::proxy::{Backends, Proxy};
 use crate::server;
 
@@ -47,8 +49,26 @@ fn init_logging(config: &Config) {
 
 async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), ProxyError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let backends = Backends::start(&config)?;
-    let proxy = Arc::new(Proxy::new(&config, backends, threads, shutdown_rx.clone()));
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_phase(config.migration.phase.as_str());
+    let backends = Backends::start(&config, &metrics)?;
+    let proxy = Arc::new(Proxy::new(
+        &config,
+        backends,
+        metrics.clone(),
+        threads,
+        shutdown_rx.clone(),
+    ));
+    if let Some(addr) = config.admin.listen {
+        let listener = server::bind(addr).await?;
+        tracing::info!(%addr, "admin listener ready (/metrics, /health, /ready)");
+        let ready_proxy = proxy.clone();
+        let state = AdminState {
+            metrics: metrics.clone(),
+            ready: Arc::new(move || ready_proxy.backends.load().shards.iter().all(|s| s.is_up())),
+        };
+        tokio::spawn(admin::serve(listener, state, shutdown_rx.clone()));
+    }
     let limit = Arc::new(Semaphore::new(config.server.max_connections));
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
 
@@ -95,6 +115,7 @@ async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>)
         let new = match Config::load(&path) {
             Ok(c) => c,
             Err(e) => {
+                proxy.metrics.config_reload(false);
                 tracing::error!(path = %path.display(), error = %e, "reload refused: keeping the running config");
                 continue;
             }
@@ -104,16 +125,16 @@ async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>)
             tracing::warn!(settings = ?restart, "reload: these settings need a restart and keep their running values");
         }
         let old = proxy.backends.load_full();
-        match Backends::start_reusing(&new, Some(&old)) {
+        match Backends::start_reusing(&new, Some(&old), &proxy.metrics) {
             Ok(backends) => {
                 proxy.backends.store(Arc::new(backends));
-                tracing::info!(
-                    shards = new.redis.shards.len(),
-                    "config reloaded"
-                );
+                proxy.metrics.config_reload(true);
+                proxy.metrics.set_phase(new.migration.phase.as_str());
+                tracing::info!(shards = new.redis.shards.len(), "config reloaded");
                 current = new;
             }
             Err(e) => {
+                proxy.metrics.config_reload(false);
                 tracing::error!(error = %e, "reload refused: keeping the running config");
             }
         }

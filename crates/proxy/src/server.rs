@@ -49,6 +49,7 @@ pub async fn serve(
                 };
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     bump(&proxy.stats.rejected_connections);
+                    proxy.metrics.connection_rejected();
                     tokio::spawn(reject(stream));
                     continue;
                 };
@@ -58,8 +59,10 @@ pub async fn serve(
                 sessions.spawn(async move {
                     bump(&proxy.stats.total_connections);
                     proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
+                    proxy.metrics.client_connected();
                     let end = Session::new(proxy.clone(), id).run(stream).await;
                     proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    proxy.metrics.client_disconnected();
                     if let SessionEnd::Io(e) = &end {
                         tracing::debug!(error = %e, "client connection error");
                     }
@@ -80,7 +83,10 @@ pub async fn serve(
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(remaining = sessions.len(), "drain timeout: closing remaining connections");
+        tracing::warn!(
+            remaining = sessions.len(),
+            "drain timeout: closing remaining connections"
+        );
         sessions.abort_all();
     }
 }

@@ -22,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::metrics::{command_index, Backend};
 use crate::proxy::{Backends, Proxy};
 use crate::redis::encoding::{self, CasGenerator};
 use crate::redis::translate::{self, ArithOutcome, Expiry, WriteOutcome};
@@ -35,6 +36,8 @@ const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 type PartResult = Result<Frame, BackendError>;
+
+const NO_COMMAND: u8 = u8::MAX;
 
 /// How the replies of a retrieval's backend requests map back to its keys.
 #[derive(Debug)]
@@ -83,6 +86,10 @@ enum Op {
 #[derive(Debug)]
 struct Pending {
     op: Op,
+    /// Index into `metrics::COMMANDS`, or `NO_COMMAND` for input rejected by
+    /// the parser.
+    command: u8,
+    started: Instant,
     deadline: Instant,
     waiting: u32,
     results: Results,
@@ -169,6 +176,10 @@ pub struct Session {
     pending: VecDeque<Pending>,
     /// Sequence number of `pending[0]`.
     base_seq: u64,
+    /// Command of the request being dispatched (for its `Pending`).
+    current_command: u8,
+    /// When the input being processed arrived.
+    current_start: Instant,
     waiting: usize,
     reply_tx: mpsc::UnboundedSender<BackendReply>,
     reply_rx: mpsc::UnboundedReceiver<BackendReply>,
@@ -179,10 +190,7 @@ pub struct Session {
 impl Session {
     pub fn new(proxy: Arc<Proxy>, id: u64) -> Session {
         let (reply_tx, reply_rx) = mpsc::unbounded_channel();
-        let seed = twox_hash::XxHash3_64::oneshot_with_seed(
-            proxy.cas_seed,
-            &id.to_le_bytes(),
-        );
+        let seed = twox_hash::XxHash3_64::oneshot_with_seed(proxy.cas_seed, &id.to_le_bytes());
         Session {
             proxy,
             lane: id as usize,
@@ -192,6 +200,8 @@ impl Session {
             skip: 0,
             pending: VecDeque::new(),
             base_seq: 0,
+            current_command: NO_COMMAND,
+            current_start: Instant::now(),
             waiting: 0,
             reply_tx,
             reply_rx,
@@ -214,6 +224,7 @@ impl Session {
             self.flush_ready();
             if self.pending.len() > self.proxy.max_pending_replies {
                 bump(&self.proxy.stats.slow_consumers_closed);
+                self.proxy.metrics.slow_consumer_closed();
                 return SessionEnd::SlowConsumer;
             }
             if self.closing && self.pending.is_empty() && self.wbuf.is_empty() {
@@ -289,6 +300,7 @@ impl Session {
     fn process_input(&mut self) {
         let limits = self.proxy.limits;
         let now = Instant::now();
+        self.current_start = now;
         while !self.closing && self.waiting < MAX_WAITING {
             if self.skip > 0 {
                 let n = self.skip.min(self.rbuf.len());
@@ -309,7 +321,10 @@ impl Session {
                     let located = request.map(|s| (s.as_ptr() as usize - base, s.len()));
                     let frame = self.rbuf.split_to(consumed).freeze();
                     let request = located.map(|(off, len)| frame.slice(off..off + len));
+                    self.current_command =
+                        command_index(request.command_name()).map_or(NO_COMMAND, |i| i as u8);
                     self.dispatch(request, now);
+                    self.current_command = NO_COMMAND;
                 }
                 Parsed::Incomplete => return,
                 Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
@@ -340,7 +355,9 @@ impl Session {
         }
         self.pending.push_back(Pending {
             op,
-            deadline: Instant::now(),
+            command: self.current_command,
+            started: self.current_start,
+            deadline: self.current_start,
             waiting: 0,
             results: Results::None,
         });
@@ -369,6 +386,8 @@ impl Session {
         self.waiting += 1;
         self.pending.push_back(Pending {
             op,
+            command: self.current_command,
+            started: self.current_start,
             deadline,
             waiting: parts,
             results: Results::with_parts(parts),
@@ -414,7 +433,9 @@ impl Session {
                             with_cas,
                             plan,
                         },
-                        1, deadline);
+                        1,
+                        deadline,
+                    );
                 } else if touch {
                     let mut parts = 0u32;
                     let key_list: Vec<&[u8]> = keys.iter().collect();
@@ -430,7 +451,9 @@ impl Session {
                             with_cas,
                             plan: RetrievalPlan::PerKey,
                         },
-                        parts, deadline);
+                        parts,
+                        deadline,
+                    );
                 } else {
                     // Group keys by shard: one MGET per shard, all at once.
                     let shard_count = backends.shards.len();
@@ -465,7 +488,9 @@ impl Session {
                             with_cas,
                             plan: RetrievalPlan::Grouped(slots),
                         },
-                        parts, deadline);
+                        parts,
+                        deadline,
+                    );
                 }
             }
             Request::Storage {
@@ -630,6 +655,7 @@ impl Session {
 
     /// Write out every finished request at the front of the queue.
     fn flush_ready(&mut self) {
+        let mut now = None;
         while self.wbuf.len() < MAX_OUTPUT_BYTES {
             match self.pending.front() {
                 Some(p) if p.waiting == 0 => {}
@@ -639,6 +665,13 @@ impl Session {
                 return;
             };
             self.base_seq += 1;
+            if pending.command != NO_COMMAND {
+                let now = *now.get_or_insert_with(Instant::now);
+                self.proxy.metrics.request(
+                    usize::from(pending.command),
+                    now.saturating_duration_since(pending.started).as_secs_f64(),
+                );
+            }
             if matches!(pending.op, Op::Close) {
                 // Nothing after a close is answered.
                 self.pending.clear();
@@ -651,6 +684,7 @@ impl Session {
 
     fn render(&mut self, pending: Pending) {
         let stats = &self.proxy.stats;
+        let metrics = &self.proxy.metrics;
         let out = &mut self.wbuf;
         match pending.op {
             Op::Ready(line) => out.extend_from_slice(line),
@@ -700,6 +734,7 @@ impl Session {
                     match item_of(part, index) {
                         Some(item) => {
                             bump(&stats.get_hits);
+                            metrics.get_hit(Backend::Redis);
                             reply::value(
                                 &mut body,
                                 key,
@@ -708,7 +743,10 @@ impl Session {
                                 with_cas.then_some(item.cas),
                             );
                         }
-                        None => bump(&stats.get_misses),
+                        None => {
+                            bump(&stats.get_misses);
+                            metrics.get_miss(Backend::Redis);
+                        }
                     }
                 }
                 let total_parts = match &pending.results {

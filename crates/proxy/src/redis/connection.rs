@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::{scripts, BackendError, BackendRequest, ReplyTo};
+use crate::metrics::{ErrorKind, ShardMetrics};
 
 /// What a connection needs to know about its shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +60,7 @@ pub async fn run(
     settings: ConnectionSettings,
     mut rx: mpsc::Receiver<BackendRequest>,
     up: Arc<AtomicBool>,
+    metrics: ShardMetrics,
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut logged_down = false;
@@ -66,11 +68,13 @@ pub async fn run(
         match connect(&settings).await {
             Ok(stream) => {
                 up.store(true, Ordering::Relaxed);
+                metrics.set_up(true);
                 tracing::info!(shard = %settings.addr, "redis shard connected");
                 logged_down = false;
                 backoff = BACKOFF_MIN;
-                let ended = serve(stream, &settings, &mut rx).await;
+                let ended = serve(stream, &settings, &mut rx, &metrics).await;
                 up.store(false, Ordering::Relaxed);
+                metrics.set_up(false);
                 match ended {
                     Ended::Closed => return,
                     Ended::Broken(why) => {
@@ -80,6 +84,8 @@ pub async fn run(
             }
             Err(why) => {
                 up.store(false, Ordering::Relaxed);
+                metrics.set_up(false);
+                metrics.error(ErrorKind::Connection);
                 if !logged_down {
                     tracing::warn!(shard = %settings.addr, reason = %why, "redis shard unreachable");
                     logged_down = true;
@@ -91,7 +97,10 @@ pub async fn run(
         loop {
             tokio::select! {
                 req = rx.recv() => match req {
-                    Some(req) => req.reply.send(Err(BackendError::Unavailable)),
+                    Some(req) => {
+                        metrics.error(ErrorKind::Connection);
+                        req.reply.send(Err(BackendError::Unavailable));
+                    }
                     None => return,
                 },
                 _ = tokio::time::sleep_until(retry_at) => break,
@@ -168,12 +177,19 @@ async fn serve(
     stream: TcpStream,
     settings: &ConnectionSettings,
     rx: &mut mpsc::Receiver<BackendRequest>,
+    metrics: &ShardMetrics,
 ) -> Ended {
     let (rd, mut wr) = stream.into_split();
     let queue: Queue = Arc::new(Mutex::new(VecDeque::with_capacity(1024)));
     // The reader tells the writer to re-send commands that met NOSCRIPT.
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<(ReplyTo, Bytes)>();
-    let mut reader = tokio::spawn(read_loop(rd, queue.clone(), retry_tx, settings.timeout));
+    let mut reader = tokio::spawn(read_loop(
+        rd,
+        queue.clone(),
+        retry_tx,
+        settings.timeout,
+        metrics.clone(),
+    ));
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
 
     let ended = loop {
@@ -221,7 +237,16 @@ async fn serve(
     };
     reader.abort();
     let _ = shutdown_write(&mut wr).await;
-    fail_all(&queue, BackendError::ConnectionLost);
+    let failed = fail_all(&queue, BackendError::ConnectionLost);
+    if failed > 0 {
+        metrics.error(
+            if matches!(&ended, Ended::Broken(why) if why.starts_with("no reply")) {
+                ErrorKind::Timeout
+            } else {
+                ErrorKind::Connection
+            },
+        );
+    }
     ended
 }
 
@@ -263,13 +288,17 @@ fn lock(queue: &Queue) -> std::sync::MutexGuard<'_, VecDeque<InFlight>> {
     queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn fail_all(queue: &Queue, err: BackendError) {
+/// Fail every request in flight; returns how many there were.
+fn fail_all(queue: &Queue, err: BackendError) -> usize {
     let drained: Vec<InFlight> = lock(queue).drain(..).collect();
+    let mut failed = 0;
     for inflight in drained {
         if let Slot::Client { reply, .. } = inflight.slot {
             reply.send(Err(err));
+            failed += 1;
         }
     }
+    failed
 }
 
 /// Parse replies and complete slots in order. Returns why it stopped.
@@ -278,6 +307,7 @@ async fn read_loop(
     queue: Queue,
     retry: mpsc::UnboundedSender<(ReplyTo, Bytes)>,
     timeout: Duration,
+    metrics: ShardMetrics,
 ) -> String {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut parser = ReplyParser::new();
@@ -299,13 +329,19 @@ async fn read_loop(
                                     return "writer gone".to_string();
                                 }
                             } else {
+                                if matches!(frame, Frame::Error(_)) {
+                                    metrics.error(ErrorKind::Server);
+                                }
                                 reply.send(Ok(frame));
                             }
                         }
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return format!("protocol: {e}"),
+                Err(e) => {
+                    metrics.error(ErrorKind::Protocol);
+                    return format!("protocol: {e}");
+                }
             }
         }
         match tokio::time::timeout(tick, rd.read_buf(&mut buf)).await {

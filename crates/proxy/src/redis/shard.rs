@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use super::connection::{self, ConnectionSettings};
 use super::{BackendError, BackendRequest};
+use crate::metrics::{ErrorKind, ShardMetrics};
 
 /// Requests a connection queues before new ones fail fast with `Busy`.
 pub const DEFAULT_QUEUE_DEPTH: usize = 10_000;
@@ -20,6 +21,7 @@ pub struct Shard {
     pub id: String,
     conns: Vec<mpsc::Sender<BackendRequest>>,
     up: Vec<Arc<AtomicBool>>,
+    metrics: ShardMetrics,
 }
 
 impl Shard {
@@ -29,13 +31,19 @@ impl Shard {
         settings: ConnectionSettings,
         connections: usize,
         queue_depth: usize,
+        metrics: ShardMetrics,
     ) -> Shard {
         let mut conns = Vec::with_capacity(connections);
         let mut up = Vec::with_capacity(connections);
         for _ in 0..connections.max(1) {
             let (tx, rx) = mpsc::channel(queue_depth.max(1));
             let flag = Arc::new(AtomicBool::new(false));
-            tokio::spawn(connection::run(settings.clone(), rx, flag.clone()));
+            tokio::spawn(connection::run(
+                settings.clone(),
+                rx,
+                flag.clone(),
+                metrics.clone(),
+            ));
             conns.push(tx);
             up.push(flag);
         }
@@ -44,6 +52,7 @@ impl Shard {
             id,
             conns,
             up,
+            metrics,
         }
     }
 
@@ -56,6 +65,10 @@ impl Shard {
                 mpsc::error::TrySendError::Full(r) => (r, BackendError::Busy),
                 mpsc::error::TrySendError::Closed(r) => (r, BackendError::Unavailable),
             };
+            self.metrics.error(match err {
+                BackendError::Busy => ErrorKind::Busy,
+                _ => ErrorKind::Connection,
+            });
             req.reply.send(Err(err));
         }
     }

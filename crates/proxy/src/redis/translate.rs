@@ -307,7 +307,15 @@ mod tests {
     #[test]
     fn set_is_one_command_with_header_and_expiry() {
         let mut buf = BytesMut::new();
-        store(&mut buf, StorageCommand::Add, b"k", 7, 9, b"v", Expiry::In(5));
+        store(
+            &mut buf,
+            StorageCommand::Add,
+            b"k",
+            7,
+            9,
+            b"v",
+            Expiry::In(5),
+        );
         let mut expected = Vec::new();
         expected.extend_from_slice(b"*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$14\r\n");
         expected.extend_from_slice(&header(7, 9));
