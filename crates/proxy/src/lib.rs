@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod metrics;
 pub mod proxy;
 pub mod redis;

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use memshift_protocol::memcache::ParseLimits;
-use memshift_ring::Ring;
+use memshift_ring::{Ring, RingConfig, ShardSpec};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::Config;
+use crate::config::{Config, ShardDownPolicy};
 use crate::error::ProxyError;
 use crate::metrics::{Backend, Metrics};
 use crate::redis::connection::ConnectionSettings;
@@ -23,10 +23,24 @@ use crate::stats::{ServerFacts, Stats, VERSION};
 /// routed, so requests already routed finish on their old shard.
 #[derive(Debug)]
 pub struct Backends {
+    /// Every configured shard.
     pub ring: Ring,
     pub shards: Vec<Arc<Shard>>,
     /// Per-request deadline (`redis.timeout_ms`).
     pub request_timeout: Duration,
+    policy: ShardDownPolicy,
+    /// Under the eject policy: the ring without the shards marked down.
+    active: ArcSwap<ActiveRing>,
+    ring_shards: Vec<ShardSpec>,
+    ring_config: RingConfig,
+}
+
+/// A ring over a subset of the shards, and where its slots point.
+#[derive(Debug)]
+struct ActiveRing {
+    /// None when every shard is down.
+    ring: Option<Ring>,
+    to_shard: Vec<usize>,
 }
 
 impl Backends {
@@ -44,7 +58,7 @@ impl Backends {
     ) -> Result<Backends, ProxyError> {
         let ring = Ring::new(&config.ring_shards(), config.ring_config())?;
         let redis = &config.redis;
-        let shards = redis
+        let shards: Vec<Arc<Shard>> = redis
             .shards
             .iter()
             .map(|s| {
@@ -75,10 +89,55 @@ impl Backends {
             })
             .collect();
         Ok(Backends {
+            active: ArcSwap::from_pointee(ActiveRing {
+                ring: Some(ring.clone()),
+                to_shard: (0..shards.len()).collect(),
+            }),
             ring,
             shards,
             request_timeout: Duration::from_millis(redis.timeout_ms),
+            policy: redis.on_shard_down,
+            ring_shards: config.ring_shards(),
+            ring_config: config.ring_config(),
         })
+    }
+
+    /// The shard that serves `key` now.
+    #[inline]
+    pub fn locate(&self, key: &[u8]) -> usize {
+        match self.policy {
+            ShardDownPolicy::Fail => self.ring.locate(key),
+            ShardDownPolicy::Eject => {
+                let active = self.active.load();
+                match &active.ring {
+                    Some(ring) => active.to_shard[ring.locate(key)],
+                    // Nothing is up: the owner's connection fails it fast.
+                    None => self.ring.locate(key),
+                }
+            }
+        }
+    }
+
+    /// The health monitor changed a shard's state: under the eject policy,
+    /// rebuild the ring from the healthy shards.
+    pub fn health_changed(&self) {
+        if self.policy != ShardDownPolicy::Eject {
+            return;
+        }
+        let to_shard: Vec<usize> = (0..self.shards.len())
+            .filter(|&i| self.shards[i].is_healthy())
+            .collect();
+        let specs: Vec<ShardSpec> = to_shard
+            .iter()
+            .map(|&i| self.ring_shards[i].clone())
+            .collect();
+        let ring = Ring::new(&specs, self.ring_config).ok();
+        tracing::warn!(
+            serving = to_shard.len(),
+            configured = self.shards.len(),
+            "eject policy: ring rebuilt from the healthy shards"
+        );
+        self.active.store(Arc::new(ActiveRing { ring, to_shard }));
     }
 }
 
@@ -99,14 +158,14 @@ pub struct Proxy {
 impl Proxy {
     pub fn new(
         config: &Config,
-        backends: Backends,
+        backends: Arc<Backends>,
         metrics: Arc<Metrics>,
         threads: usize,
         shutdown: watch::Receiver<bool>,
     ) -> Proxy {
         let server = &config.server;
         Proxy {
-            backends: ArcSwap::from_pointee(backends),
+            backends: ArcSwap::new(backends),
             metrics,
             limits: ParseLimits {
                 max_item_size: server.max_item_size,

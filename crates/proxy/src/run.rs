@@ -51,7 +51,8 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
     metrics.set_phase(config.migration.phase.as_str());
-    let backends = Backends::start(&config, &metrics)?;
+    let backends = Arc::new(Backends::start(&config, &metrics)?);
+    start_health_monitor(&backends, &config);
     let proxy = Arc::new(Proxy::new(
         &config,
         backends,
@@ -102,6 +103,15 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     Ok(())
 }
 
+/// One health monitor per generation of backends; it ends with it.
+fn start_health_monitor(backends: &Arc<Backends>, config: &Config) {
+    tokio::spawn(crate::health::monitor(
+        Arc::downgrade(backends),
+        Duration::from_millis(config.redis.health_check_interval_ms),
+        config.redis.eject_after_failures,
+    ));
+}
+
 /// SIGHUP: re-read the config file and apply what can change live. An
 /// invalid file is refused with a log line; the running config stays.
 #[cfg(unix)]
@@ -127,7 +137,9 @@ async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>)
         let old = proxy.backends.load_full();
         match Backends::start_reusing(&new, Some(&old), &proxy.metrics) {
             Ok(backends) => {
-                proxy.backends.store(Arc::new(backends));
+                let backends = Arc::new(backends);
+                start_health_monitor(&backends, &new);
+                proxy.backends.store(backends);
                 proxy.metrics.config_reload(true);
                 proxy.metrics.set_phase(new.migration.phase.as_str());
                 tracing::info!(shards = new.redis.shards.len(), "config reloaded");

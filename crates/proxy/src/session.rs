@@ -419,7 +419,7 @@ impl Session {
                 let with_cas = command.returns_cas();
                 if keys.len() == 1 {
                     let key = keys.iter().next().unwrap_or_default();
-                    let shard = backends.ring.locate(key);
+                    let shard = backends.locate(key);
                     if touch {
                         translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     } else {
@@ -440,7 +440,7 @@ impl Session {
                     let mut parts = 0u32;
                     let key_list: Vec<&[u8]> = keys.iter().collect();
                     for key in key_list {
-                        let shard = backends.ring.locate(key);
+                        let shard = backends.locate(key);
                         translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                         self.send_cmd(&backends, shard, seq, parts);
                         parts += 1;
@@ -460,7 +460,7 @@ impl Session {
                     let mut by_shard: Vec<Vec<&[u8]>> = vec![Vec::new(); shard_count];
                     let mut slots = Vec::with_capacity(keys.len());
                     for key in keys.iter() {
-                        let shard = backends.ring.locate(key);
+                        let shard = backends.locate(key);
                         slots.push((shard as u32, by_shard[shard].len() as u32));
                         by_shard[shard].push(key);
                     }
@@ -535,7 +535,7 @@ impl Session {
                         proxy.limits.max_item_size,
                     ),
                 }
-                let shard = backends.ring.locate(&key);
+                let shard = backends.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
                 self.push_waiting(Op::Storage { command, noreply }, 1, deadline);
             }
@@ -547,13 +547,13 @@ impl Session {
             } => {
                 let new_cas = self.cas.next_cas();
                 translate::arith(&mut self.cmd_buf, &key, command, delta, new_cas);
-                let shard = backends.ring.locate(&key);
+                let shard = backends.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
                 self.push_waiting(Op::Arith { command, noreply }, 1, deadline);
             }
             Request::Delete { key, noreply } => {
                 translate::delete(&mut self.cmd_buf, &key);
-                let shard = backends.ring.locate(&key);
+                let shard = backends.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
                 self.push_waiting(Op::Delete { noreply }, 1, deadline);
             }
@@ -565,7 +565,7 @@ impl Session {
                 bump(&stats.cmd_touch);
                 let expiry = Expiry::from_exptime(exptime, unix_now());
                 translate::touch(&mut self.cmd_buf, &key, expiry);
-                let shard = backends.ring.locate(&key);
+                let shard = backends.locate(&key);
                 self.send_cmd(&backends, shard, seq, 0);
                 self.push_waiting(Op::Touch { noreply }, 1, deadline);
             }

@@ -21,6 +21,8 @@ pub struct Shard {
     pub id: String,
     conns: Vec<mpsc::Sender<BackendRequest>>,
     up: Vec<Arc<AtomicBool>>,
+    /// Set by the health monitor (PING); true until pings say otherwise.
+    healthy: AtomicBool,
     metrics: ShardMetrics,
 }
 
@@ -52,6 +54,7 @@ impl Shard {
             id,
             conns,
             up,
+            healthy: AtomicBool::new(true),
             metrics,
         }
     }
@@ -73,9 +76,18 @@ impl Shard {
         }
     }
 
-    /// True while at least one connection is established.
+    /// True while at least one connection is established and the health
+    /// monitor has not marked the shard down.
     pub fn is_up(&self) -> bool {
-        self.up.iter().any(|u| u.load(Ordering::Relaxed))
+        self.is_healthy() && self.up.iter().any(|u| u.load(Ordering::Relaxed))
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::Relaxed);
     }
 
     pub fn settings(&self) -> &ConnectionSettings {

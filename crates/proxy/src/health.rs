@@ -1,0 +1,90 @@
+//! Shard health: a PING through each shard's own connection on an interval.
+//!
+//! `eject_after_failures` consecutive failed pings mark a shard down; one
+//! success marks it up again. Under `on_shard_down = "eject"` the routing
+//! ring is rebuilt without the down shards (their keys move to the others,
+//! like twemproxy's auto_eject_hosts); under `"fail"` routing never changes
+//! and a down shard's keys get a fast `SERVER_ERROR` from its connection.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use memshift_protocol::resp::{encode_command, Frame};
+use tokio::sync::mpsc;
+
+use crate::proxy::Backends;
+use crate::redis::{BackendRequest, ReplyTo};
+
+/// Runs until the `Backends` generation it watches is replaced and dropped.
+pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: u32) {
+    let eject_after = eject_after.max(1);
+    let mut failures: Vec<u32> = Vec::new();
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(backends) = backends.upgrade() else {
+            return;
+        };
+        failures.resize(backends.shards.len(), 0);
+        let results = ping_all(&backends).await;
+        let mut changed = false;
+        for (i, ok) in results.into_iter().enumerate() {
+            let shard = &backends.shards[i];
+            if ok {
+                failures[i] = 0;
+                if !shard.is_healthy() {
+                    tracing::info!(shard = %shard.id, "redis shard healthy again");
+                    shard.set_healthy(true);
+                    changed = true;
+                }
+            } else {
+                failures[i] = failures[i].saturating_add(1);
+                if failures[i] >= eject_after && shard.is_healthy() {
+                    tracing::warn!(shard = %shard.id, failures = failures[i], "redis shard marked down");
+                    shard.set_healthy(false);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            backends.health_changed();
+        }
+    }
+}
+
+/// PING every shard at once; true where PONG came back in time.
+async fn ping_all(backends: &Arc<Backends>) -> Vec<bool> {
+    let n = backends.shards.len();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for (i, shard) in backends.shards.iter().enumerate() {
+        let mut buf = BytesMut::with_capacity(14);
+        encode_command(&mut buf, &[b"PING"]);
+        let reply = ReplyTo {
+            tx: tx.clone(),
+            seq: 0,
+            part: i as u32,
+        };
+        shard.send(
+            0,
+            BackendRequest {
+                cmd: buf.freeze(),
+                reply,
+            },
+        );
+    }
+    drop(tx);
+    let mut ok = vec![false; n];
+    let collect = async {
+        while let Some(reply) = rx.recv().await {
+            if let (Some(slot), Ok(Frame::Simple(s))) =
+                (ok.get_mut(reply.part as usize), &reply.result)
+            {
+                *slot = &s[..] == b"PONG";
+            }
+        }
+    };
+    let _ = tokio::time::timeout(backends.request_timeout, collect).await;
+    ok
+}
