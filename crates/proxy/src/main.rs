@@ -13,6 +13,10 @@ fn main() -> ExitCode {
     match command {
         Command::Run { config } => match memshift_proxy::run::run(&config) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(memshift_proxy::error::ProxyError::Config(e)) => {
+                eprintln!("memshift: {}: {}", config.display(), e.reason());
+                ExitCode::FAILURE
+            }
             Err(e) => {
                 eprintln!("memshift: {}: {e}", config.display());
                 ExitCode::FAILURE
