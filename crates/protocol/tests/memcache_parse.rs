@@ -475,7 +475,7 @@ fn multiget_with_a_long_key_in_the_middle() {
     assert_reply(&line, BAD_FORMAT);
     // Also past the 24th token, where memcached re-tokenizes.
     let line = [
-        b"get".repeat(1),
+        b"get".to_vec(),
         b" z".repeat(25),
         b" ".to_vec(),
         vec![b'k'; 251],
@@ -649,7 +649,7 @@ fn item_size_threshold_matches_memcached() {
         assert_eq!(limits.max_data_len(key_len, flags), max);
         let key = vec![b'k'; key_len];
         for (len, fits) in [(max, true), (max + 1, false)] {
-            let mut input = format!("set ").into_bytes();
+            let mut input = b"set ".to_vec();
             input.extend(&key);
             input.extend(format!(" {flags} 0 {len}\r\n").as_bytes());
             let header = input.len();

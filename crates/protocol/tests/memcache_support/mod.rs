@@ -91,3 +91,84 @@ pub fn render_on_empty_cache(events: &[Event]) -> (Vec<u8>, bool) {
     }
     (out, false)
 }
+
+/// A memcached process on a free local port, killed on drop.
+pub struct Memcached {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Memcached {
+    /// Start `memcached` (or `$MEMCACHED_BIN`) with `extra` arguments.
+    /// `None`, after saying so on stderr, when the binary is not installed.
+    pub fn start(extra: &[&str]) -> Option<Memcached> {
+        let bin = std::env::var("MEMCACHED_BIN").unwrap_or_else(|_| "memcached".to_string());
+        let found = std::process::Command::new(&bin)
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            eprintln!("memcached binary `{bin}` not found: skipping live test");
+            return None;
+        }
+        for _ in 0..10 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("free port");
+            let mut command = std::process::Command::new(&bin);
+            command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
+            // memcached refuses to run as root without -u.
+            if running_as_root() {
+                command.args(["-u", "root"]);
+            }
+            command.args(extra);
+            command.stdout(std::process::Stdio::null());
+            command.stderr(std::process::Stdio::null());
+            let mut child = command.spawn().expect("spawn memcached");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // port taken meanwhile: try another
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(Memcached { child, port });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("memcached did not start");
+    }
+
+    pub fn connect(&self) -> std::net::TcpStream {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream.set_nodelay(true).ok();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .ok();
+        stream
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
