@@ -1,1 +1,12 @@
+//! memshift's integration tests: one binary, one module per area, real
+//! processes only (redis-server, memcached, memshift, memccapable, python).
+//!
+//! Tests that need memshift use the binary built by
+//! `cargo build -p memshift-proxy` (override with `MEMSHIFT_BIN`).
 
+mod cas_concurrency;
+mod differential;
+mod memccapable;
+mod pipelining;
+mod pymemcache;
+mod shard_down;

@@ -1,1 +1,22 @@
-//! Test harness: starts real redis-server / memcached / memshift processes.
+//! Test harness for memshift's integration tests: real `redis-server`,
+//! `memcached` and `memshift` processes on free loopback ports, a blocking
+//! memcached text-protocol client and a minimal RESP client. No mocks.
+//!
+//! Every process is owned by a guard whose `Drop` kills it and reaps it, so a
+//! panicking test leaves nothing behind; on Linux the children also get
+//! `PR_SET_PDEATHSIG` so they die with the test binary if it is killed.
+
+pub mod client;
+pub mod env;
+pub mod process;
+pub mod resp;
+
+pub use client::{escape, McClient, Unit};
+pub use env::{
+    free_port, in_ci, memshift_bin, require_tools, target_dir, tool_available, workspace_root,
+};
+pub use process::{
+    memshift_config, run_with_timeout, Cluster, ClusterOptions, CommandOutput, Memcached, Memshift,
+    RedisServer,
+};
+pub use resp::{RedisClient, Resp};

@@ -1,0 +1,30 @@
+# memshift entry points: `make run`, `make test`, `make bench`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+# rustup installs cargo here; scripts/ensure-deps.sh may just have done so.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+.NOTPARALLEL:
+
+CARGO ?= cargo
+
+.PHONY: run test bench deps
+
+## run: install what is missing, start 3 Redis shards + memcached on loopback,
+##      build and run memshift with config/local.toml (Ctrl-C stops everything)
+run:
+	./scripts/run-local.sh
+
+## test: install what is missing, then fmt, clippy, build (the integration
+##       tests run target/debug/memshift) and the whole test suite
+test: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) build -p memshift-proxy
+	$(CARGO) test --workspace
+
+## bench: criterion micro benches and the end-to-end bench
+bench:
+	$(CARGO) bench --workspace
+
+deps:
+	./scripts/ensure-deps.sh

@@ -1,0 +1,57 @@
+# Shared helpers for memshift's scripts (sourced, not run).
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Runs a command as root: directly when root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run: $* (install sudo or run as root)"
+    fi
+}
+
+APT_UPDATED=0
+# apt_install PKG...: apt-get update (once) then install the packages.
+apt_install() {
+    [ "$#" -gt 0 ] || return 0
+    command -v apt-get >/dev/null 2>&1 \
+        || die "missing: $* (no apt-get here; install them with your package manager)"
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        log "apt-get update"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get install -y $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# Debian starts a service for redis-server and memcached when they are
+# installed; on a systemd machine it would hold 6379 / 11211, which
+# `make run` needs. Only call this for packages this script just installed.
+stop_packaged_service() {
+    local unit=$1
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$unit" 2>/dev/null; then
+        log "stopping and disabling the $unit service the package just started"
+        as_root systemctl disable --now "$unit" >/dev/null 2>&1 || true
+    fi
+}
+
+# port_in_use PORT: true when something accepts on 127.0.0.1:PORT.
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# wait_for_port PORT SECONDS
+wait_for_port() {
+    local port=$1 tries=$(( $2 * 10 ))
+    while [ "$tries" -gt 0 ]; do
+        port_in_use "$port" && return 0
+        sleep 0.1
+        tries=$(( tries - 1 ))
+    done
+    return 1
+}

@@ -1,0 +1,89 @@
+//! libmemcached's `memccapable -a` (ASCII tests) against a real memcached
+//! 1.6 and against memshift: every test that passes against memcached must
+//! pass against memshift.
+
+use std::process::Command;
+use std::time::Duration;
+
+use memshift_tests::{require_tools, run_with_timeout, Cluster, Memcached};
+
+/// `(test name, status)` from lines like `ascii set      [pass]`.
+fn parse(output: &str) -> Vec<(String, String)> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_end();
+            let open = line.rfind('[')?;
+            let status = line[open + 1..].strip_suffix(']')?;
+            let name = line[..open].trim();
+            (name.starts_with("ascii ") && !status.is_empty())
+                .then(|| (name.to_string(), status.to_ascii_lowercase()))
+        })
+        .collect()
+}
+
+fn run(port: u16) -> (Vec<(String, String)>, String) {
+    let mut cmd = Command::new("memccapable");
+    cmd.args(["-a", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "5"]);
+    let out = run_with_timeout(cmd, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+    let text = format!("{}{}", out.stdout, out.stderr);
+    (parse(&text), text)
+}
+
+fn passed(results: &[(String, String)]) -> usize {
+    results.iter().filter(|(_, s)| s == "pass").count()
+}
+
+#[test]
+fn memccapable_ascii() {
+    if !require_tools(
+        "memccapable_ascii",
+        &["memccapable", "memcached", "redis-server"],
+    ) {
+        return;
+    }
+    let reference = Memcached::start();
+    let (want, want_text) = run(reference.port());
+    assert!(
+        !want.is_empty(),
+        "could not parse memccapable's output against memcached:\n{want_text}"
+    );
+    drop(reference);
+
+    let cluster = Cluster::start();
+    let (got, got_text) = run(cluster.memshift.port());
+    eprintln!(
+        "memccapable -a: memcached passes {}/{}, memshift passes {}/{}",
+        passed(&want),
+        want.len(),
+        passed(&got),
+        want.len()
+    );
+    let regressions: Vec<String> = want
+        .iter()
+        .filter(|(_, s)| s == "pass")
+        .filter_map(|(name, _)| {
+            let status = got
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.as_str())
+                .unwrap_or("not run");
+            (status != "pass").then(|| format!("{name}: {status}"))
+        })
+        .collect();
+    assert!(
+        regressions.is_empty(),
+        "memccapable tests that pass against memcached but not against memshift:\n  {}\n\nmemccapable output against memshift:\n{got_text}\nmemshift stderr (tail):\n{}",
+        regressions.join("\n  "),
+        cluster
+            .memshift
+            .stderr()
+            .chars()
+            .rev()
+            .take(3000)
+            .collect::<String>()
+            .chars()
+            .rev()
+            .collect::<String>()
+    );
+}

@@ -1,0 +1,634 @@
+//! Real server processes owned by guards: `redis-server`, `memcached`,
+//! `memshift`, and a `Cluster` (memshift over N Redis shards).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::client::McClient;
+use crate::env::{free_port, memshift_bin};
+use crate::resp::{RedisClient, Resp};
+
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+const POLL: Duration = Duration::from_millis(20);
+
+fn temp_dir(prefix: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("create a temp dir")
+}
+
+fn append_log(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Spawns `cmd` with stdin closed and stdout/stderr appended to files, so a
+/// chatty child can never block on a full pipe. On Linux the child is killed
+/// if the spawning thread (the test) dies without cleaning up.
+fn spawn(mut cmd: Command, stdout: &Path, stderr: &Path) -> io::Result<Child> {
+    cmd.stdin(Stdio::null())
+        .stdout(append_log(stdout)?)
+        .stderr(append_log(stderr)?);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn()
+}
+
+fn kill_and_reap(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Waits until `ready()` is true, failing early if the child exits.
+fn wait_ready(
+    child: &mut Child,
+    what: &str,
+    log: &dyn Fn() -> String,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "{what} exited during startup with {status}; output:\n{}",
+                log()
+            ));
+        }
+        if ready() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{what} not ready after {START_TIMEOUT:?}; output:\n{}",
+                log()
+            ));
+        }
+        sleep(POLL);
+    }
+}
+
+fn accepts(addr: &str) -> bool {
+    addr.parse::<SocketAddr>()
+        .ok()
+        .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).ok())
+        .is_some()
+}
+
+// ---------------------------------------------------------------------------
+// redis-server
+
+/// A `redis-server` on a free loopback port, without persistence.
+pub struct RedisServer {
+    port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts on a free port (retrying on a port collision).
+    pub fn start() -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Self::start_on(free_port()) {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start redis-server: {last}");
+    }
+
+    pub fn start_on(port: u16) -> Result<Self, String> {
+        let mut server = RedisServer {
+            port,
+            dir: temp_dir("memshift-redis-"),
+            child: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path());
+        let log = self.log_path();
+        let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn redis-server: {e}"))?;
+        let addr = self.addr();
+        let log_fn = || read_lossy(&log);
+        let res = wait_ready(&mut child, "redis-server", &log_fn, || {
+            RedisClient::connect(&addr, Duration::from_millis(500))
+                .and_then(|mut c| c.cmd(&[b"PING"]))
+                .map(|r| r == Resp::Simple("PONG".into()))
+                .unwrap_or(false)
+        });
+        match res {
+            Ok(()) => {
+                self.child = Some(child);
+                Ok(())
+            }
+            Err(e) => {
+                let mut c = Some(child);
+                kill_and_reap(&mut c);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills the server (its data is lost: no persistence).
+    pub fn stop(&mut self) {
+        kill_and_reap(&mut self.child);
+    }
+
+    /// Starts it again on the same port (retrying while the port is busy).
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last = String::new();
+        for _ in 0..20 {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) => last = e,
+            }
+            sleep(Duration::from_millis(250));
+        }
+        panic!(
+            "could not restart redis-server on port {}: {last}",
+            self.port
+        );
+    }
+
+    pub fn client(&self) -> RedisClient {
+        RedisClient::connect(&self.addr(), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connect to redis {}: {e}", self.addr()))
+    }
+
+    pub fn cmd(&self, args: &[&[u8]]) -> Resp {
+        self.client()
+            .cmd(args)
+            .unwrap_or_else(|e| panic!("redis {} {:?}: {e}", self.addr(), args))
+    }
+
+    pub fn dbsize(&self) -> i64 {
+        self.cmd(&[b"DBSIZE"])
+            .as_int()
+            .expect("DBSIZE answers an integer")
+    }
+
+    /// `KEYS *`
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        self.cmd(&[b"KEYS", b"*"])
+            .as_bulk_list()
+            .expect("KEYS answers an array of bulk strings")
+    }
+
+    pub fn log(&self) -> String {
+        read_lossy(&self.log_path())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// memcached
+
+/// A real `memcached` on a free loopback port (TCP only).
+pub struct Memcached {
+    port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl Memcached {
+    pub fn start() -> Self {
+        Self::start_with_args(&[])
+    }
+
+    /// Starts with extra arguments, e.g. `["-I", "2m"]`.
+    pub fn start_with_args(args: &[&str]) -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Self::try_start(free_port(), args) {
+                Ok(m) => return m,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start memcached: {last}");
+    }
+
+    fn try_start(port: u16, args: &[&str]) -> Result<Self, String> {
+        let dir = temp_dir("memshift-memcached-");
+        let log = dir.path().join("memcached.log");
+        let mut cmd = Command::new("memcached");
+        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
+        if is_root() {
+            cmd.args(["-u", "root"]);
+        }
+        cmd.args(args);
+        let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn memcached: {e}"))?;
+        let addr = format!("127.0.0.1:{port}");
+        let log_fn = || read_lossy(&log);
+        let res = wait_ready(&mut child, "memcached", &log_fn, || {
+            McClient::connect_with_timeout(&addr, Duration::from_millis(500))
+                .and_then(|mut c| c.request(b"version\r\n"))
+                .map(|r| r.starts_with(b"VERSION "))
+                .unwrap_or(false)
+        });
+        let mut child = Some(child);
+        match res {
+            Ok(()) => Ok(Memcached { port, dir, child }),
+            Err(e) => {
+                kill_and_reap(&mut child);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> McClient {
+        McClient::connect(&self.addr())
+            .unwrap_or_else(|e| panic!("connect to memcached {}: {e}", self.addr()))
+    }
+
+    pub fn log(&self) -> String {
+        read_lossy(&self.dir.path().join("memcached.log"))
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// memshift
+
+/// The `memshift` binary running with a given config file.
+pub struct Memshift {
+    child: Option<Child>,
+    addr: String,
+    dir: TempDir,
+}
+
+impl Memshift {
+    /// Writes `config_toml` to a temp file, runs `memshift --config FILE` and
+    /// waits until `[server] listen` accepts connections. Panics (with the
+    /// process' stderr) on failure.
+    pub fn start(config_toml: &str) -> Self {
+        Self::try_start(config_toml).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_start(config_toml: &str) -> Result<Self, String> {
+        let bin = memshift_bin();
+        let addr = server_listen(config_toml)
+            .ok_or("the config has no `listen = \"...\"` in its [server] table")?;
+        let dir = temp_dir("memshift-proxy-");
+        let config_path = dir.path().join("memshift.toml");
+        fs::write(&config_path, config_toml).map_err(|e| format!("write config: {e}"))?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--config").arg(&config_path);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let stdout = dir.path().join("stdout.log");
+        let stderr = dir.path().join("stderr.log");
+        let mut child =
+            spawn(cmd, &stdout, &stderr).map_err(|e| format!("spawn {}: {e}", bin.display()))?;
+        let log_fn = || read_lossy(&stderr);
+        let res = wait_ready(&mut child, "memshift", &log_fn, || accepts(&addr));
+        let mut child = Some(child);
+        match res {
+            Ok(()) => Ok(Memshift { child, addr, dir }),
+            Err(e) => {
+                kill_and_reap(&mut child);
+                Err(e)
+            }
+        }
+    }
+
+    /// The plaintext listen address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("listen address has a port")
+    }
+
+    pub fn client(&self) -> McClient {
+        McClient::connect(&self.addr)
+            .unwrap_or_else(|e| panic!("connect to memshift {}: {e}", self.addr))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends a signal (`libc::SIGHUP`, `libc::SIGTERM`, ...).
+    pub fn signal(&self, sig: i32) {
+        let pid = self.pid().expect("memshift is not running");
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+    }
+
+    pub fn sighup(&self) {
+        self.signal(libc::SIGHUP);
+    }
+
+    pub fn sigterm(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// The config file memshift was started with (rewrite it, then SIGHUP).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("memshift.toml")
+    }
+
+    pub fn rewrite_config(&self, config_toml: &str) {
+        fs::write(self.config_path(), config_toml).expect("rewrite config");
+    }
+
+    /// Everything memshift wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        read_lossy(&self.dir.path().join("stderr.log"))
+    }
+
+    pub fn stdout(&self) -> String {
+        read_lossy(&self.dir.path().join("stdout.log"))
+    }
+
+    /// Waits up to `timeout` for the process to exit; `None` if it did not.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            sleep(POLL);
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        kill_and_reap(&mut self.child);
+    }
+}
+
+impl Drop for Memshift {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+    }
+}
+
+/// `listen` of the `[server]` table of a TOML config.
+fn server_listen(config: &str) -> Option<String> {
+    let mut section = String::new();
+    for line in config.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            section = line
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
+            continue;
+        }
+        if section != "server" {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            if k.trim() == "listen" {
+                let v = v.split('#').next().unwrap_or("").trim();
+                return Some(v.trim_matches('"').to_string());
+            }
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------
+// cluster: memshift over N redis shards
+
+/// How to start a [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub shards: usize,
+    /// `[redis] timeout_ms`
+    pub timeout_ms: u64,
+    /// Extra lines for the `[server]` table (e.g. `max_item_size = 1048576`).
+    pub server_extra: String,
+    /// Extra lines for the `[redis]` table.
+    pub redis_extra: String,
+    /// Extra tables appended at the end.
+    pub extra_tables: String,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            shards: 3,
+            timeout_ms: 500,
+            server_extra: String::new(),
+            redis_extra: String::new(),
+            extra_tables: String::new(),
+        }
+    }
+}
+
+/// The config for memshift in phase `redis` over `shards`.
+pub fn memshift_config(
+    listen_port: u16,
+    admin_port: u16,
+    shards: &[String],
+    opts: &ClusterOptions,
+) -> String {
+    let shard_list = shards
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{listen_port}\"\n{server_extra}\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\n\
+         [redis]\nshards = [{shard_list}]\ntimeout_ms = {timeout}\n{redis_extra}\n\
+         [migration]\nphase = \"redis\"\n\n{extra}",
+        server_extra = opts.server_extra,
+        timeout = opts.timeout_ms,
+        redis_extra = opts.redis_extra,
+        extra = opts.extra_tables,
+    )
+}
+
+/// memshift (phase `redis`) over real Redis shards.
+pub struct Cluster {
+    // Field order = drop order: memshift goes first.
+    pub memshift: Memshift,
+    pub shards: Vec<RedisServer>,
+    pub admin_port: u16,
+    pub config: String,
+}
+
+impl Cluster {
+    /// memshift over 3 shards, `timeout_ms = 500`.
+    pub fn start() -> Self {
+        Self::start_with(ClusterOptions::default())
+    }
+
+    pub fn start_with(opts: ClusterOptions) -> Self {
+        let shards: Vec<RedisServer> = (0..opts.shards).map(|_| RedisServer::start()).collect();
+        let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
+        let mut last = String::new();
+        for _ in 0..3 {
+            let admin_port = free_port();
+            let config = memshift_config(free_port(), admin_port, &addrs, &opts);
+            match Memshift::try_start(&config) {
+                Ok(memshift) => {
+                    return Cluster {
+                        memshift,
+                        shards,
+                        admin_port,
+                        config,
+                    }
+                }
+                // A port taken by someone else between free_port() and bind.
+                Err(e) if e.to_ascii_lowercase().contains("in use") => last = e,
+                Err(e) => panic!("memshift did not start with config:\n{config}\n{e}"),
+            }
+        }
+        panic!("memshift did not start (ports in use?): {last}");
+    }
+
+    pub fn addr(&self) -> &str {
+        self.memshift.addr()
+    }
+
+    pub fn client(&self) -> McClient {
+        self.memshift.client()
+    }
+
+    /// Index of the shard whose Redis holds `key` (by `EXISTS`), if any.
+    pub fn shard_holding(&self, key: &[u8]) -> Option<usize> {
+        self.shards
+            .iter()
+            .position(|s| s.is_running() && s.cmd(&[b"EXISTS", key]).as_int() == Some(1))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// one-shot commands
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub struct CommandOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion with its output captured in files (no pipe can
+/// fill up), killing it after `timeout`.
+pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput, String> {
+    let dir = temp_dir("memshift-cmd-");
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let what = format!("{cmd:?}");
+    let mut child = spawn(cmd, &out, &err).map_err(|e| format!("{what}: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return Ok(CommandOutput {
+                    status,
+                    stdout: read_lossy(&out),
+                    stderr: read_lossy(&err),
+                })
+            }
+            Ok(None) if Instant::now() < deadline => sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{what} did not finish within {timeout:?}; stdout:\n{}\nstderr:\n{}",
+                    read_lossy(&out),
+                    read_lossy(&err)
+                ));
+            }
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    }
+}
