@@ -14,7 +14,7 @@ use memshift_protocol::resp::{encode_command, Frame};
 use tokio::sync::mpsc;
 
 use crate::proxy::Backends;
-use crate::redis::{BackendRequest, ReplyTo};
+use crate::redis::{BackendRequest, Reply, ReplyTo};
 
 /// Runs until the `Backends` generation it watches is replaced and dropped.
 pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: u32) {
@@ -78,7 +78,7 @@ async fn ping_all(backends: &Arc<Backends>) -> Vec<bool> {
     let mut ok = vec![false; n];
     let collect = async {
         while let Some(reply) = rx.recv().await {
-            if let (Some(slot), Ok(Frame::Simple(s))) =
+            if let (Some(slot), Ok(Reply::Redis(Frame::Simple(s)))) =
                 (ok.get_mut(reply.part as usize), &reply.result)
             {
                 *slot = &s[..] == b"PONG";

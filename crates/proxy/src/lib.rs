@@ -5,13 +5,17 @@
 
 pub mod admin;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod error;
 pub mod health;
+pub mod legacy;
 pub mod metrics;
+pub mod migration;
 pub mod proxy;
 pub mod redis;
 pub mod run;
 pub mod server;
 pub mod session;
 pub mod stats;
+pub mod tls;

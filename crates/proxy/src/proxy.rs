@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{Config, ShardDownPolicy};
 use crate::error::ProxyError;
 use crate::metrics::{Backend, Metrics};
+use crate::migration::Migration;
 use crate::redis::connection::ConnectionSettings;
 use crate::redis::shard::Shard;
 use crate::redis::{translate, BackendRequest, ReplyTo};
@@ -58,6 +59,7 @@ impl Backends {
     ) -> Result<Backends, ProxyError> {
         let ring = Ring::new(&config.ring_shards(), config.ring_config())?;
         let redis = &config.redis;
+        let redis_tls = crate::tls::RedisTls::from_config(redis)?;
         let shards: Vec<Arc<Shard>> = redis
             .shards
             .iter()
@@ -68,6 +70,7 @@ impl Backends {
                     password: redis.password.clone(),
                     timeout: Duration::from_millis(redis.timeout_ms),
                     connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
+                    tls: redis_tls.as_ref().map(|t| t.for_shard(&s.addr)),
                 };
                 let reusable = previous.and_then(|p| {
                     p.shards.iter().find(|old| {
@@ -142,7 +145,9 @@ impl Backends {
 }
 
 pub struct Proxy {
-    pub backends: ArcSwap<Backends>,
+    /// Shared with the Redis shadow sink, which writes where the ring says.
+    pub backends: Arc<ArcSwap<Backends>>,
+    pub migration: ArcSwap<Migration>,
     pub metrics: Arc<Metrics>,
     pub limits: ParseLimits,
     pub stats: Stats,
@@ -158,14 +163,17 @@ pub struct Proxy {
 impl Proxy {
     pub fn new(
         config: &Config,
-        backends: Arc<Backends>,
+        backends: Arc<ArcSwap<Backends>>,
+        migration: Migration,
+        cas_seed: u64,
         metrics: Arc<Metrics>,
         threads: usize,
         shutdown: watch::Receiver<bool>,
     ) -> Proxy {
         let server = &config.server;
         Proxy {
-            backends: ArcSwap::new(backends),
+            backends,
+            migration: ArcSwap::from_pointee(migration),
             metrics,
             limits: ParseLimits {
                 max_item_size: server.max_item_size,
@@ -181,7 +189,7 @@ impl Proxy {
             idle_timeout: (server.idle_timeout_ms > 0)
                 .then(|| Duration::from_millis(server.idle_timeout_ms)),
             max_pending_replies: server.max_pending_replies,
-            cas_seed: random_seed(),
+            cas_seed,
             shutdown,
         }
     }
@@ -216,7 +224,7 @@ impl Proxy {
     }
 }
 
-fn random_seed() -> u64 {
+pub fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -13,6 +13,7 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::proxy::{Backends, Proxy};
 use crate::server;
+use crate::tls::ServerTls;
 
 /// Load the config, then serve until a stop signal. Errors are one line.
 pub fn run(config_path: &Path) -> Result<(), ProxyError> {
@@ -53,9 +54,16 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     metrics.set_phase(config.migration.phase.as_str());
     let backends = Arc::new(Backends::start(&config, &metrics)?);
     start_health_monitor(&backends, &config);
+    let backends = Arc::new(arc_swap::ArcSwap::new(backends));
+    let cas_seed = crate::proxy::random_seed();
+    let legacy = start_legacy(&config)?;
+    let migration = crate::migration::build(&config, &backends, legacy, &metrics, cas_seed);
+    metrics.set_phase(migration.phase.as_str());
     let proxy = Arc::new(Proxy::new(
         &config,
         backends,
+        migration,
+        cas_seed,
         metrics.clone(),
         threads,
         shutdown_rx.clone(),
@@ -85,13 +93,16 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
             drain,
         )));
     }
+    let server_tls =
+        server::start_tls(&config, &proxy, &limit, &shutdown_rx, drain, &mut listeners).await?;
     if listeners.is_empty() {
         return Err(ProxyError::Other(
-            "no listener: set server.listen (TLS listeners arrive with TLS support)".into(),
+            "no listener: set server.listen or server.tls_listen".into(),
         ));
     }
 
-    let reloader = tokio::spawn(reload_on_hangup(path, config, proxy.clone()));
+    let reloader = tokio::spawn(reload_on_hangup(path, config, proxy.clone(), server_tls));
+    tokio::spawn(watch_for_rollback(proxy.clone()));
     wait_for_stop_signal().await?;
     reloader.abort();
     tracing::info!("stop signal: draining connections");
@@ -101,6 +112,41 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The legacy memcached pool, for every phase but `redis`.
+fn start_legacy(config: &Config) -> Result<Option<Arc<crate::legacy::Legacy>>, ProxyError> {
+    match &config.memcached {
+        Some(mc) if config.migration.phase.needs_memcached() => {
+            Ok(Some(Arc::new(crate::legacy::Legacy::start(mc)?)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Canary: once a second, compare the miss rates; if Redis misses too much
+/// more than memcached, fall back to warmup and stay there until the
+/// operator reloads.
+async fn watch_for_rollback(proxy: Arc<Proxy>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let migration = proxy.migration.load_full();
+        let Some(detector) = &migration.rollback else {
+            continue;
+        };
+        let snapshot = detector.snapshot();
+        if snapshot.roll_back {
+            tracing::warn!(
+                ?snapshot,
+                "automatic rollback: Redis misses more than memcached beyond rollback_miss_delta_pp; back to warmup until the next reload"
+            );
+            let rolled_back = migration.with_phase(crate::config::Phase::Warmup);
+            proxy.migration.store(Arc::new(rolled_back));
+            proxy.metrics.rollback();
+            proxy.metrics.set_phase("warmup");
+        }
+    }
 }
 
 /// One health monitor per generation of backends; it ends with it.
@@ -115,7 +161,12 @@ fn start_health_monitor(backends: &Arc<Backends>, config: &Config) {
 /// SIGHUP: re-read the config file and apply what can change live. An
 /// invalid file is refused with a log line; the running config stays.
 #[cfg(unix)]
-async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>) {
+async fn reload_on_hangup(
+    path: PathBuf,
+    mut current: Config,
+    proxy: Arc<Proxy>,
+    server_tls: Option<Arc<ServerTls>>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::error!("cannot install the SIGHUP handler: reload disabled");
@@ -135,13 +186,31 @@ async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>)
             tracing::warn!(settings = ?restart, "reload: these settings need a restart and keep their running values");
         }
         let old = proxy.backends.load_full();
+        let legacy = match start_legacy(&new) {
+            Ok(l) => l,
+            Err(e) => {
+                proxy.metrics.config_reload(false);
+                tracing::error!(error = %e, "reload refused: keeping the running config");
+                continue;
+            }
+        };
         match Backends::start_reusing(&new, Some(&old), &proxy.metrics) {
             Ok(backends) => {
                 let backends = Arc::new(backends);
                 start_health_monitor(&backends, &new);
                 proxy.backends.store(backends);
+                let migration = crate::migration::build(
+                    &new,
+                    &proxy.backends,
+                    legacy,
+                    &proxy.metrics,
+                    proxy.cas_seed,
+                );
+                proxy.metrics.set_phase(migration.phase.as_str());
+                tracing::info!(phase = migration.phase.as_str(), "migration phase");
+                proxy.migration.store(Arc::new(migration));
                 proxy.metrics.config_reload(true);
-                proxy.metrics.set_phase(new.migration.phase.as_str());
+                crate::tls::reload_server(server_tls.as_deref(), &new);
                 tracing::info!(shards = new.redis.shards.len(), "config reloaded");
                 current = new;
             }
@@ -154,7 +223,13 @@ async fn reload_on_hangup(path: PathBuf, mut current: Config, proxy: Arc<Proxy>)
 }
 
 #[cfg(not(unix))]
-async fn reload_on_hangup(_path: PathBuf, _current: Config, _proxy: Arc<Proxy>) {}
+async fn reload_on_hangup(
+    _path: PathBuf,
+    _current: Config,
+    _proxy: Arc<Proxy>,
+    _server_tls: Option<Arc<ServerTls>>,
+) {
+}
 
 #[cfg(unix)]
 async fn wait_for_stop_signal() -> Result<(), ProxyError> {

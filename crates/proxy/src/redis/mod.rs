@@ -4,6 +4,7 @@
 pub mod connection;
 pub mod encoding;
 pub mod scripts;
+pub mod shadow_sink;
 pub mod shard;
 pub mod translate;
 
@@ -56,7 +57,17 @@ pub struct ReplyTo {
 }
 
 impl ReplyTo {
+    /// Deliver a Redis reply (or why there is none).
     pub fn send(self, result: Result<Frame, BackendError>) {
+        self.deliver(result.map(Reply::Redis));
+    }
+
+    /// Deliver a legacy memcached reply: the complete raw reply bytes.
+    pub fn send_memcached(self, result: Result<Bytes, BackendError>) {
+        self.deliver(result.map(Reply::Memcached));
+    }
+
+    fn deliver(self, result: Result<Reply, BackendError>) {
         // The session may be gone (client disconnected): nothing to do then.
         let _ = self.tx.send(BackendReply {
             seq: self.seq,
@@ -66,12 +77,30 @@ impl ReplyTo {
     }
 }
 
+/// What a backend answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Redis(Frame),
+    /// A complete memcached reply, byte for byte (e.g. `VALUE …END\r\n`).
+    Memcached(Bytes),
+}
+
+impl Reply {
+    /// The Redis frame, if this came from Redis.
+    pub fn frame(&self) -> Option<&Frame> {
+        match self {
+            Reply::Redis(f) => Some(f),
+            Reply::Memcached(_) => None,
+        }
+    }
+}
+
 /// A reply for a session.
 #[derive(Debug)]
 pub struct BackendReply {
     pub seq: u64,
     pub part: u32,
-    pub result: Result<Frame, BackendError>,
+    pub result: Result<Reply, BackendError>,
 }
 
 /// One encoded Redis command and where its single reply goes.

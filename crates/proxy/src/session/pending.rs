@@ -1,0 +1,204 @@
+//! A client request waiting for its reply, in the session's order.
+
+use bytes::Bytes;
+use memshift_protocol::memcache::{ArithCommand, Keys, StorageCommand};
+use tokio::time::Instant;
+
+use crate::migration::Side;
+use crate::redis::{BackendError, Reply};
+
+pub(super) type PartResult = Result<Reply, BackendError>;
+
+/// `Pending::command` for input the parser rejected (no command to count).
+pub(super) const NO_COMMAND: u8 = u8::MAX;
+/// `Slot::index` for a key answered by a reply of its own (GET, GETEX, mg).
+pub(super) const OWN_REPLY: u32 = u32::MAX;
+
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub op: Op,
+    /// Index into `metrics::COMMANDS`, or `NO_COMMAND`.
+    pub command: u8,
+    pub started: Instant,
+    pub deadline: Instant,
+    /// Backend replies still to come.
+    pub waiting: u32,
+    pub results: Results,
+}
+
+#[derive(Debug)]
+pub(super) enum Op {
+    /// Reply already known.
+    Ready(&'static [u8]),
+    ReadyBytes(Bytes),
+    /// Nothing to write (noreply, or an error memcached stays silent on).
+    Silent,
+    /// Write everything before it, then close (quit, or a fatal parse error).
+    Close,
+    Retrieval(Box<Retrieval>),
+    Write(Write),
+    FlushAll {
+        noreply: bool,
+    },
+}
+
+/// get / gets / gat / gats.
+#[derive(Debug)]
+pub(super) struct Retrieval {
+    pub keys: Keys<Bytes>,
+    pub with_cas: bool,
+    pub plan: Plan,
+    /// Keys whose Redis miss is looked up in memcached (canary/cutover).
+    pub backfill: Option<Backfill>,
+    /// Also read the other backend and compare (single-key reads only).
+    pub compare: bool,
+    /// Canary: feed hits and misses to the rollback detector.
+    pub sample_miss_rate: bool,
+}
+
+/// Where each key's answer is.
+#[derive(Debug)]
+pub(super) enum Plan {
+    /// One key, one backend request (part 0).
+    Single(Side),
+    /// Key i is answered by `slots[i]`.
+    Slots(Vec<Slot>),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slot {
+    pub side: Side,
+    pub part: u32,
+    /// Element of an MGET reply, or `OWN_REPLY`. For memcached parts the
+    /// keys of a part are answered in order (misses skipped).
+    pub index: u32,
+}
+
+impl Plan {
+    pub fn slot(&self, key_index: usize) -> Option<Slot> {
+        match self {
+            Plan::Single(side) => Some(Slot {
+                side: *side,
+                part: 0,
+                index: OWN_REPLY,
+            }),
+            Plan::Slots(slots) => slots.get(key_index).copied(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Backfill {
+    /// The memcached lookups were sent.
+    pub started: bool,
+    /// (key index, part of its `mg` reply)
+    pub lookups: Vec<(u32, u32)>,
+}
+
+/// A single-key write (storage, arith, delete, touch).
+#[derive(Debug)]
+pub(super) struct Write {
+    pub kind: WriteKind,
+    pub side: Side,
+    pub noreply: bool,
+    /// The shadow write to derive from the outcome.
+    pub shadow: Option<Box<ShadowPlan>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WriteKind {
+    Storage(StorageCommand),
+    Arith(ArithCommand),
+    Delete,
+    Touch,
+}
+
+/// What a write needs to replicate its result on the shadow backend.
+#[derive(Debug)]
+pub(super) struct ShadowPlan {
+    pub side: Side,
+    pub key: Bytes,
+    pub flags: u32,
+    pub exptime: i64,
+    pub data: Bytes,
+}
+
+/// Backend replies, by part.
+#[derive(Debug)]
+pub(super) enum Results {
+    None,
+    One(Option<PartResult>),
+    Many(Vec<Option<PartResult>>),
+}
+
+impl Results {
+    pub fn with_parts(parts: u32) -> Results {
+        match parts {
+            0 => Results::None,
+            1 => Results::One(None),
+            n => Results::Many((0..n).map(|_| None).collect()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Results::None => 0,
+            Results::One(_) => 1,
+            Results::Many(v) => v.len(),
+        }
+    }
+
+    /// Add a part; returns its number.
+    pub fn push(&mut self) -> u32 {
+        let taken = std::mem::replace(self, Results::None);
+        let mut parts = match taken {
+            Results::None => Vec::new(),
+            Results::One(slot) => vec![slot],
+            Results::Many(v) => v,
+        };
+        parts.push(None);
+        let n = parts.len() as u32 - 1;
+        *self = Results::Many(parts);
+        n
+    }
+
+    /// Record a part's result; false if unknown or already recorded.
+    pub fn set(&mut self, part: u32, result: PartResult) -> bool {
+        let slot = match self {
+            Results::None => return false,
+            Results::One(slot) if part == 0 => slot,
+            Results::One(_) => return false,
+            Results::Many(v) => match v.get_mut(part as usize) {
+                Some(slot) => slot,
+                None => return false,
+            },
+        };
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(result);
+        true
+    }
+
+    pub fn fill_missing(&mut self, err: BackendError) {
+        match self {
+            Results::None => {}
+            Results::One(slot) => {
+                slot.get_or_insert(Err(err));
+            }
+            Results::Many(v) => {
+                for slot in v.iter_mut() {
+                    slot.get_or_insert(Err(err));
+                }
+            }
+        }
+    }
+
+    pub fn get(&self, part: u32) -> Option<&PartResult> {
+        match self {
+            Results::None => None,
+            Results::One(slot) => slot.as_ref().filter(|_| part == 0),
+            Results::Many(v) => v.get(part as usize).and_then(|s| s.as_ref()),
+        }
+    }
+}
