@@ -74,7 +74,16 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
         let ready_proxy = proxy.clone();
         let state = AdminState {
             metrics: metrics.clone(),
-            ready: Arc::new(move || ready_proxy.backends.load().shards.iter().all(|s| s.is_up())),
+            ready: Arc::new(move || {
+                let shards_up = ready_proxy.backends.load().shards.iter().all(|s| s.is_up());
+                let legacy_up = ready_proxy
+                    .migration
+                    .load()
+                    .legacy
+                    .as_ref()
+                    .is_none_or(|l| l.all_up());
+                shards_up && legacy_up
+            }),
         };
         tokio::spawn(admin::serve(listener, state, shutdown_rx.clone()));
     }
