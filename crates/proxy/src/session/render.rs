@@ -82,9 +82,19 @@ impl Session {
                 }
                 None => None,
             };
+            // Per-backend hit rates count what the primary had; a value the
+            // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
+            if primary_hit {
+                metrics.get_hit(slot.side.metrics());
+            } else {
+                metrics.get_miss(slot.side.metrics());
+            }
             if found.is_none() && slot.side == Side::Redis {
                 found = self.backfilled(&r, i, key, results);
+                if found.is_some() {
+                    metrics.get_hit(Side::Memcached.metrics());
+                }
             }
             if r.sample_miss_rate {
                 if let Some(detector) = &migration.rollback {
@@ -101,7 +111,6 @@ impl Session {
             match found {
                 Some(item) => {
                     bump(&stats.get_hits);
-                    metrics.get_hit(slot.side.metrics());
                     reply::value(
                         &mut body,
                         key,
@@ -110,10 +119,7 @@ impl Session {
                         r.with_cas.then_some(item.cas),
                     );
                 }
-                None => {
-                    bump(&stats.get_misses);
-                    metrics.get_miss(slot.side.metrics());
-                }
+                None => bump(&stats.get_misses),
             }
         }
         match first_error {
@@ -248,16 +254,17 @@ impl Session {
                 _ => ShadowOp::Delete { key: plan.key },
             };
             // A write the primary refused changes nothing: skip it.
-            let unchanged = matches!(
-                (w.kind, &outcome),
-                (
-                    WriteKind::Storage(StorageCommand::Add),
-                    Outcome::Known(WriteOutcome::NotStored)
-                ) | (
-                    WriteKind::Storage(StorageCommand::Cas),
-                    Outcome::Known(WriteOutcome::Exists)
-                )
-            );
+            let unchanged = matches!(outcome, Outcome::Unchanged(_) | Outcome::RawUnchanged(_))
+                || matches!(
+                    (w.kind, &outcome),
+                    (
+                        WriteKind::Storage(StorageCommand::Add),
+                        Outcome::Known(WriteOutcome::NotStored)
+                    ) | (
+                        WriteKind::Storage(StorageCommand::Cas),
+                        Outcome::Known(WriteOutcome::Exists)
+                    )
+                );
             if !unchanged {
                 proxy.migration.load().shadow(plan.side, op);
             }
@@ -267,8 +274,10 @@ impl Session {
         }
         match outcome {
             Outcome::Known(o) => self.wbuf.extend_from_slice(o.line()),
-            Outcome::Number(raw) | Outcome::Raw(raw) => self.wbuf.extend_from_slice(&raw),
-            Outcome::Error(line) => self.wbuf.extend_from_slice(line),
+            Outcome::Number(raw) | Outcome::Raw(raw) | Outcome::RawUnchanged(raw) => {
+                self.wbuf.extend_from_slice(&raw)
+            }
+            Outcome::Error(line) | Outcome::Unchanged(line) => self.wbuf.extend_from_slice(line),
         }
     }
 }
@@ -278,8 +287,12 @@ enum Outcome {
     Known(WriteOutcome),
     /// incr/decr result, with its line ending.
     Number(Bytes),
-    /// A memcached reply passed through as is (e.g. CLIENT_ERROR …).
+    /// A memcached reply passed through as is (e.g. SERVER_ERROR …).
     Raw(Bytes),
+    /// Refused without changing the item (e.g. incr of a non-number).
+    Unchanged(&'static [u8]),
+    /// A memcached client error: the item was not touched.
+    RawUnchanged(Bytes),
     Error(&'static [u8]),
 }
 
@@ -296,9 +309,9 @@ fn redis_outcome(kind: WriteKind, frame: &Frame) -> Outcome {
                 Outcome::Number(line.freeze())
             }
             ArithOutcome::NotFound => Outcome::Known(WriteOutcome::NotFound),
-            ArithOutcome::NonNumeric => {
-                Outcome::Error(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n")
-            }
+            ArithOutcome::NonNumeric => Outcome::Unchanged(
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            ),
             ArithOutcome::Failed => Outcome::Known(WriteOutcome::Failed),
         },
     }
@@ -314,6 +327,7 @@ fn memcached_outcome(raw: &Bytes) -> Outcome {
         Ok(Some((Response::Deleted, _))) => Outcome::Known(WriteOutcome::Deleted),
         Ok(Some((Response::Touched, _))) => Outcome::Known(WriteOutcome::Touched),
         Ok(Some((Response::Number(_), _))) => Outcome::Number(raw.clone()),
+        Ok(Some((Response::ClientError(_), _))) => Outcome::RawUnchanged(raw.clone()),
         _ => Outcome::Raw(raw.clone()),
     }
 }
