@@ -15,17 +15,24 @@
 pub mod breaker;
 pub mod canary;
 pub mod compare;
+mod connection;
 pub mod op;
+pub mod pool;
 pub mod queue;
+pub mod reply;
 pub mod rollback;
 
 pub use breaker::{Breaker, BreakerSettings};
 pub use canary::{is_canary, CanarySplit};
 pub use compare::{compare, CompareResult, CompareSampler, MismatchLogger};
 pub use op::{unix_now, Expiry, ShadowOp};
+pub use pool::{DumpEntry, Item, LegacyPool, MetaItem, Placement, PoolSettings, Route};
 pub use queue::{
     ApplyFuture, DropReason, PushResult, QueueSettings, ShadowObserver, ShadowQueue, ShadowResult,
     ShadowSink,
+};
+pub use reply::{
+    LegacyError, LegacyReply, LegacyRequest, ReplyShape, ReplyTo, TaggedReply, ValueItem,
 };
 pub use rollback::{RollbackDetector, RollbackSettings};
 

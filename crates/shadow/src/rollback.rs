@@ -29,7 +29,7 @@ use crate::Backend;
 /// Set in a bucket's epoch while a recorder is zeroing it.
 const CLAIMED: u64 = 1 << 63;
 /// Epoch of a bucket that never counted anything.
-const EMPTY: u64 = u64::MAX & !CLAIMED;
+const EMPTY: u64 = !CLAIMED;
 
 /// The thresholds (`[migration]` keys of the same names).
 #[derive(Debug, Clone, Copy, PartialEq)]
