@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cli;
 pub mod compare;
 pub mod config;
+pub mod copy;
 pub mod error;
 pub mod health;
 pub mod legacy;

@@ -22,9 +22,27 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Copy { .. } => {
-            eprintln!("memshift: copy is not available yet");
-            ExitCode::FAILURE
+        Command::Copy {
+            config,
+            dry_run,
+            rate,
+            verify,
+        } => {
+            let options = memshift_proxy::copy::CopyOptions {
+                dry_run,
+                rate,
+                verify,
+            };
+            match memshift_proxy::copy::run(&config, options) {
+                // --verify fails when anything differs, so scripts can gate on it.
+                Ok(s) if verify && (s.mismatched > 0 || s.failed > 0) => ExitCode::FAILURE,
+                Ok(s) if s.failed > 0 => ExitCode::FAILURE,
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("memshift: {}: {e}", config.display());
+                    ExitCode::FAILURE
+                }
+            }
         }
         _ => ExitCode::SUCCESS,
     }
