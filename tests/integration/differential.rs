@@ -213,11 +213,21 @@ impl Rng {
     }
 }
 
-/// Whether memcached could read `data` as a number of 2^62 or more (leading
-/// whitespace and a sign skipped, like strtoull).
-fn maybe_big_number(data: &[u8]) -> bool {
+/// Whether incr/decr of an item holding `data` could read memory past the
+/// item in memcached 1.6.18: a number of 2^63 or more (2^62 here, to leave
+/// room for increments) makes `safe_strtoull` look for a '-' with `strchr`
+/// past the data, and a value of only whitespace makes `strtoull` skip the
+/// `\r\n` terminator and parse whatever follows.
+fn arith_unsafe(data: &[u8]) -> bool {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
+    if !data.is_empty() && data.iter().all(is_space) {
+        return true;
+    }
     let mut rest = data;
-    while let [b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c, tail @ ..] = rest {
+    while let [first, tail @ ..] = rest {
+        if !is_space(first) {
+            break;
+        }
         rest = tail;
     }
     if let [b'+' | b'-', tail @ ..] = rest {
@@ -228,6 +238,34 @@ fn maybe_big_number(data: &[u8]) -> bool {
         .ok()
         .and_then(|d| d.parse::<u64>().ok());
     digits > 0 && !matches!(value, Some(v) if v < 1 << 62)
+}
+
+/// A get/gets/gat/gats that memcached 1.6.18 fails with a CLIENT_ERROR (a key
+/// over 250 bytes, a bad gat exptime) also discards the replies of earlier
+/// pipelined commands that it has not written yet, so what the client sees
+/// depends on how the pipeline was split into reads. Such commands only ever
+/// start a batch (earlier batches are fully answered by then).
+fn must_lead_batch(cmd: &Cmd) -> bool {
+    let bytes = cmd.render(&HashMap::new());
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let toks: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
+    let long_key = || toks.iter().skip(1).any(|t| t.len() > 250);
+    match toks.first().copied() {
+        Some(b"get" | b"gets") => long_key(),
+        Some(b"gat" | b"gats") => {
+            let exptime_ok = toks
+                .get(1)
+                .and_then(|e| std::str::from_utf8(e).ok())
+                .and_then(|e| e.parse::<i32>().ok())
+                .is_some();
+            long_key() || !exptime_ok
+        }
+        _ => false,
+    }
 }
 
 /// A piece of a command: literal bytes, or "this side's last CAS unique seen
@@ -296,12 +334,11 @@ struct Gen {
     /// yet written does, so the padding would depend on TCP timing. Batches
     /// therefore never incr/decr a key after reading it.
     batch_reads: HashSet<Vec<u8>>,
-    /// Keys that may hold a number of 2^63 or more. memcached 1.6.18's
-    /// `safe_strtoull` then looks for a '-' with `strchr` past the end of the
-    /// item's data, into whatever memory follows, so incr/decr of such a
-    /// value answers a number or "non-numeric value" depending on stale
-    /// memory. The stream never incr/decrs them (a fixed script on fresh
-    /// processes covers the wrap at 2^64, see `differential_fixed_script`).
+    /// Keys that may hold a number of 2^63 or more, or only whitespace: for
+    /// those, memcached 1.6.18's incr/decr reads memory past the item (see
+    /// `arith_unsafe`) and answers a number or "non-numeric value" depending
+    /// on stale memory. The stream never incr/decrs them (a fixed script on
+    /// fresh processes covers the wrap at 2^64: `differential_fixed_script`).
     maybe_big: HashSet<Vec<u8>>,
 }
 
@@ -516,8 +553,8 @@ impl Gen {
         cmd.push("\r\n");
         let big = match verb {
             // The result is the old value and this one concatenated.
-            "append" | "prepend" => value.iter().any(u8::is_ascii_digit),
-            _ => maybe_big_number(&value),
+            "append" | "prepend" => value.iter().any(u8::is_ascii_digit) || arith_unsafe(&value),
+            _ => arith_unsafe(&value),
         };
         if big {
             self.maybe_big.insert(key);
@@ -974,7 +1011,17 @@ impl Gen {
             self.rng.range(9, 40)
         };
         self.batch_reads.clear();
-        (0..n).map(|_| self.command()).collect()
+        let mut cmds = Vec::with_capacity(n);
+        for _ in 0..100 * n {
+            if cmds.len() == n {
+                break;
+            }
+            let cmd = self.command();
+            if cmds.is_empty() || !must_lead_batch(&cmd) {
+                cmds.push(cmd);
+            }
+        }
+        cmds
     }
 }
 
@@ -1264,6 +1311,7 @@ fn post_mortem(r: &mut Side, t: &mut Side, audit_req: &[u8]) -> String {
                         Unit::Value { key, .. },
                     ) => {
                         let mut v = header_without_cas;
+                        v.extend_from_slice(b" | ");
                         v.extend_from_slice(&block);
                         Some((key.clone(), v))
                     }
@@ -1510,6 +1558,10 @@ const FIXED_SCRIPT: &[(&str, &[u8])] = &[
     (
         "signs",
         b"set fs:l 0 0 2\r\n-5\r\nincr fs:l 1\r\nset fs:l2 0 0 2\r\n+5\r\nincr fs:l2 1\r\nset fs:l3 0 0 2\r\n-0\r\ndecr fs:l3 1\r\n",
+    ),
+    (
+        "value of only whitespace",
+        b"set fs:q 0 0 2\r\n  \r\nincr fs:q 1\r\nset fs:q2 0 0 2\r\n\r\n\r\ndecr fs:q2 1\r\n",
     ),
     (
         "empty value",
