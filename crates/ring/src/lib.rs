@@ -62,6 +62,8 @@ use std::fmt;
 
 use twox_hash::XxHash3_64;
 
+pub mod legacy;
+
 /// One shard as the ring sees it: a stable identity (its name, or its
 /// address when unnamed) and a weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
