@@ -31,6 +31,8 @@ const MAX_BATCH_BYTES: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// An idle connection checks its server this often.
+const IDLE_PING: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub(crate) struct ConnectionSettings {
@@ -40,10 +42,14 @@ pub(crate) struct ConnectionSettings {
 }
 
 struct Slot<T> {
-    reply: ReplyTo<T>,
+    /// `None` for the connection's own health checks.
+    reply: Option<ReplyTo<T>>,
     shape: ReplyShape,
     sent: Instant,
 }
+
+/// Health check request: cheap, answered with one line.
+const PING: &[u8] = b"version\r\n";
 
 enum Ended {
     /// Every sender is gone: the pool was dropped.
@@ -69,6 +75,7 @@ pub(crate) async fn run<T>(
                     tracing::info!(server = %settings.addr, "memcached server reconnected");
                 }
                 backoff = BACKOFF_MIN;
+                let connected = Instant::now();
                 let ended = serve(stream, &settings, &mut rx).await;
                 up.store(false, Ordering::Relaxed);
                 match ended {
@@ -77,6 +84,11 @@ pub(crate) async fn run<T>(
                         tracing::warn!(server = %settings.addr, reason = %why, "memcached connection lost");
                         logged_down = true;
                     }
+                }
+                // A connection that served a while (dropped by the server
+                // when idle, say) is retried at once; a flapping one waits.
+                if connected.elapsed() >= Duration::from_secs(1) {
+                    continue;
                 }
             }
             Err(why) => {
@@ -102,16 +114,39 @@ pub(crate) async fn run<T>(
     }
 }
 
+/// Connect and check that a memcached answers (`version`): a server that
+/// accepts connections but is hung (SIGSTOP, overload) stays down and its
+/// requests fail fast instead of each waiting for the timeout.
 async fn connect(settings: &ConnectionSettings) -> Result<TcpStream, String> {
-    match tokio::time::timeout(settings.connect_timeout, TcpStream::connect(&settings.addr)).await {
-        Ok(Ok(stream)) => {
-            stream
-                .set_nodelay(true)
-                .map_err(|e| format!("nodelay: {e}"))?;
-            Ok(stream)
+    let handshake = async {
+        let mut stream = TcpStream::connect(&settings.addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| format!("nodelay: {e}"))?;
+        stream
+            .write_all(PING)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut buf = BytesMut::with_capacity(64);
+        loop {
+            match parse_reply(&buf) {
+                Ok(Some((Response::Version(_), used))) if used == buf.len() => return Ok(stream),
+                Ok(Some(_)) => return Err("unexpected reply to version".to_string()),
+                Ok(None) => {}
+                Err(e) => return Err(format!("handshake: {e}")),
+            }
+            match stream.read_buf(&mut buf).await {
+                Ok(0) => return Err("closed during handshake".to_string()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("read: {e}")),
+            }
         }
-        Ok(Err(e)) => Err(format!("connect: {e}")),
-        Err(_) => Err("connect timeout".to_string()),
+    };
+    match tokio::time::timeout(settings.connect_timeout, handshake).await {
+        Ok(result) => result,
+        Err(_) => Err("no answer to version (connect timeout)".to_string()),
     }
 }
 
@@ -154,8 +189,8 @@ impl Reader {
             if complete {
                 let raw = self.buf.split_to(self.parsed).freeze();
                 self.parsed = 0;
-                if let Some(slot) = slots.pop_front() {
-                    slot.reply.send(Ok(LegacyReply::from_raw(raw)));
+                if let Some(reply) = slots.pop_front().and_then(|slot| slot.reply) {
+                    reply.send(Ok(LegacyReply::from_raw(raw)));
                 }
             }
         }
@@ -181,6 +216,10 @@ where
     let tick_every = (settings.timeout / 4).max(Duration::from_millis(5));
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When the server last sent anything: an idle connection is pinged so a
+    // server that hangs or vanishes silently is noticed (and `is_up` turns
+    // false) without waiting for a request to time out.
+    let mut last_heard = Instant::now();
 
     let ended = loop {
         if reader.buf.capacity() - reader.buf.len() < READ_CHUNK / 4 {
@@ -191,6 +230,7 @@ where
             read = rd.read_buf(&mut reader.buf) => match read {
                 Ok(0) => break Ended::Broken("closed by server".into(), LegacyError::ConnectionLost),
                 Ok(_) => {
+                    last_heard = Instant::now();
                     if let Err(why) = reader.drain(&mut slots) {
                         break Ended::Broken(why, LegacyError::ConnectionLost);
                     }
@@ -221,6 +261,10 @@ where
                         LegacyError::Timeout,
                     );
                 }
+                if slots.is_empty() && last_heard.elapsed() >= IDLE_PING {
+                    wbuf.extend_from_slice(PING);
+                    slots.push_back(Slot { reply: None, shape: ReplyShape::Single, sent: Instant::now() });
+                }
             }
         }
     };
@@ -228,8 +272,8 @@ where
         Ended::Shutdown => LegacyError::ConnectionLost,
         Ended::Broken(_, err) => err.clone(),
     };
-    for slot in slots.drain(..) {
-        slot.reply.send(Err(err.clone()));
+    for reply in slots.drain(..).filter_map(|slot| slot.reply) {
+        reply.send(Err(err.clone()));
     }
     let _ = wr.shutdown().await;
     ended
@@ -247,7 +291,7 @@ fn push<T: From<TaggedReply>>(
     }
     wbuf.extend_from_slice(&req.bytes);
     slots.push_back(Slot {
-        reply: req.reply,
+        reply: Some(req.reply),
         shape: req.shape,
         sent: now,
     });
