@@ -4,13 +4,29 @@
 //!   pipelined connections per server ([`LegacyPool`]).
 //! * [`queue`]: the bounded shadow queue and its worker ([`ShadowQueue`]),
 //!   with the [`breaker`] that stops hammering a failing shadow backend.
-//! * [`compare`]: compare sampling and classification of primary vs shadow
+//! * [`mod@compare`]: compare sampling and classification of primary vs shadow
 //!   reads.
 //! * [`rollback`]: the canary's sliding-window miss-rate comparison.
 //! * [`canary`]: which keys are canary keys.
 //!
 //! I/O happens only in [`pool`] and [`queue`]; the rest is pure and takes the
 //! clock as a parameter where time matters.
+//!
+//! # Decisions worth knowing
+//!
+//! * Shadow operations carry an [`Expiry`] as an **absolute unix time**, so
+//!   time spent queued does not stretch a TTL; sinks convert at send time.
+//! * Every shadow operation ends in exactly one [`ShadowResult`] given to the
+//!   [`ShadowObserver`], including drops by a full queue (reported from
+//!   `try_push` itself) and by an open breaker
+//!   (`Dropped(DropReason::BreakerOpen)`): count metrics there only.
+//! * Only backend failures (unavailable, timeout, connection lost, busy,
+//!   protocol) move the breaker; a refusal (`SERVER_ERROR object too
+//!   large`) is an `error` result but proves the backend alive.
+//! * Compare sampling is random per read (thread-local generator), the
+//!   canary split is deterministic per key (pinned hash).
+//! * The pool never sends `noreply`/quiet requests (refused with
+//!   [`LegacyError::BadRequest`]): replies are matched to requests by order.
 
 pub mod breaker;
 pub mod canary;

@@ -69,6 +69,15 @@ async fn set_get_round_trips_flags_and_raw_reply() {
         keys.sort();
         assert_eq!(keys, ["flags:0", "flags:1", "flags:4294967295"]);
 
+        // Long multi-get lines (100 keys of 200 bytes per line).
+        let long_keys: Vec<String> = (0..300).map(|i| format!("{i:0>200}")).collect();
+        for key in &long_keys {
+            pool.set(key.as_bytes(), 9, 0, b"L").await.expect("set");
+        }
+        let hits = pool.get_many(&long_keys).await.expect("get_many");
+        assert_eq!(hits.len(), 300);
+        assert!(hits.iter().all(|i| i.flags == 9 && i.data.as_ref() == b"L"));
+
         assert_eq!(pool.version(0).await.expect("version"), "1.6.18");
         pool.flush_all().await.expect("flush_all");
         assert_eq!(pool.get(b"flags:0").await.expect("get"), None);
