@@ -144,17 +144,39 @@ impl Backends {
     }
 }
 
+/// The `[server]` settings a session reads; they change on reload.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub limits: ParseLimits,
+    pub allow_flush_all: bool,
+    pub idle_timeout: Option<Duration>,
+    pub max_pending_replies: usize,
+}
+
+impl Settings {
+    pub fn from_config(config: &Config) -> Settings {
+        let server = &config.server;
+        Settings {
+            limits: ParseLimits {
+                max_item_size: server.max_item_size,
+            },
+            allow_flush_all: server.allow_flush_all,
+            idle_timeout: (server.idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(server.idle_timeout_ms)),
+            max_pending_replies: server.max_pending_replies,
+        }
+    }
+}
+
 pub struct Proxy {
     /// Shared with the Redis shadow sink, which writes where the ring says.
     pub backends: Arc<ArcSwap<Backends>>,
     pub migration: ArcSwap<Migration>,
     pub metrics: Arc<Metrics>,
-    pub limits: ParseLimits,
+    /// `[server]` settings that apply live (swapped on reload).
+    pub settings: ArcSwap<Settings>,
     pub stats: Stats,
     pub facts: ServerFacts,
-    pub allow_flush_all: bool,
-    pub idle_timeout: Option<Duration>,
-    pub max_pending_replies: usize,
     /// Seeds each session's CAS generator (random per process).
     pub cas_seed: u64,
     pub shutdown: watch::Receiver<bool>,
@@ -175,9 +197,7 @@ impl Proxy {
             backends,
             migration: ArcSwap::from_pointee(migration),
             metrics,
-            limits: ParseLimits {
-                max_item_size: server.max_item_size,
-            },
+            settings: ArcSwap::from_pointee(Settings::from_config(config)),
             stats: Stats::default(),
             facts: ServerFacts {
                 started: Instant::now(),
@@ -185,10 +205,6 @@ impl Proxy {
                 max_connections: server.max_connections,
                 version: VERSION,
             },
-            allow_flush_all: server.allow_flush_all,
-            idle_timeout: (server.idle_timeout_ms > 0)
-                .then(|| Duration::from_millis(server.idle_timeout_ms)),
-            max_pending_replies: server.max_pending_replies,
             cas_seed,
             shutdown,
         }

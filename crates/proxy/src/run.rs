@@ -119,6 +119,21 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     for l in listeners {
         let _ = l.await;
     }
+    // Shadow writes still queued keep the other backend warm for a
+    // rollback: give them the same bound as the drain.
+    let migration = proxy.migration.load_full();
+    let deadline = tokio::time::Instant::now() + drain;
+    for queue in [&migration.to_redis, &migration.to_memcached]
+        .into_iter()
+        .flatten()
+    {
+        if !queue.flush(deadline).await {
+            tracing::warn!(
+                pending = queue.pending(),
+                "drain timeout: shadow writes left unflushed"
+            );
+        }
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -218,6 +233,9 @@ async fn reload_on_hangup(
                 proxy.metrics.set_phase(migration.phase.as_str());
                 tracing::info!(phase = migration.phase.as_str(), "migration phase");
                 proxy.migration.store(Arc::new(migration));
+                proxy
+                    .settings
+                    .store(Arc::new(crate::proxy::Settings::from_config(&new)));
                 proxy.metrics.config_reload(true);
                 crate::tls::reload_server(server_tls.as_deref(), &new);
                 tracing::info!(shards = new.redis.shards.len(), "config reloaded");

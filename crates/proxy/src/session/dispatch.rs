@@ -133,7 +133,7 @@ impl Session {
                                 command == StorageCommand::Append,
                                 new_cas,
                                 &data,
-                                proxy.limits.max_item_size,
+                                proxy.settings.load().limits.max_item_size,
                             ),
                         }
                         let shard = backends.locate(&key);
@@ -222,7 +222,7 @@ impl Session {
                 self.push_waiting(Op::Write(write), 1, deadline);
             }
             Request::FlushAll { delay, noreply } => {
-                if !proxy.allow_flush_all {
+                if !proxy.settings.load().allow_flush_all {
                     self.push_ready(Op::Ready(b"CLIENT_ERROR flush_all not allowed\r\n"));
                     return;
                 }
@@ -550,7 +550,8 @@ fn stats_group(group: &[u8], proxy: &crate::proxy::Proxy) -> Op {
         b"settings" => {
             let mut out = BytesMut::new();
             reply::stat(&mut out, "maxconns", proxy.facts.max_connections);
-            reply::stat(&mut out, "item_size_max", proxy.limits.max_item_size);
+            let settings = proxy.settings.load();
+            reply::stat(&mut out, "item_size_max", settings.limits.max_item_size);
             reply::stat(&mut out, "num_threads", proxy.facts.threads);
             reply::stat(&mut out, "evictions", "on");
             reply::stat(&mut out, "cas_enabled", "yes");

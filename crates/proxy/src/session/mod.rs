@@ -71,12 +71,15 @@ pub struct Session {
     reply_rx: mpsc::UnboundedReceiver<BackendReply>,
     cas: CasGenerator,
     closing: bool,
+    /// `server.max_pending_replies` as of the last input.
+    max_pending_replies: usize,
 }
 
 impl Session {
     pub fn new(proxy: Arc<Proxy>, id: u64) -> Session {
         let (reply_tx, reply_rx) = mpsc::unbounded_channel();
         let seed = twox_hash::XxHash3_64::oneshot_with_seed(proxy.cas_seed, &id.to_le_bytes());
+        let max_pending_replies = proxy.settings.load().max_pending_replies;
         Session {
             proxy,
             lane: id as usize,
@@ -91,6 +94,7 @@ impl Session {
             current_start: Instant::now(),
             reply_tx,
             reply_rx,
+            max_pending_replies,
             cas: CasGenerator::new(seed),
             closing: false,
         }
@@ -103,12 +107,12 @@ impl Session {
     {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let mut shutdown = self.proxy.shutdown.clone();
-        let idle = self.proxy.idle_timeout;
+        let idle = self.proxy.settings.load().idle_timeout;
         let mut idle_deadline = idle.map(|d| Instant::now() + d);
         let mut read_closed = false;
         loop {
             self.flush_ready();
-            if self.pending.len() > self.proxy.max_pending_replies {
+            if self.pending.len() > self.max_pending_replies {
                 bump(&self.proxy.stats.slow_consumers_closed);
                 self.proxy.metrics.slow_consumer_closed();
                 return SessionEnd::SlowConsumer;
@@ -184,7 +188,9 @@ impl Session {
 
     /// Parse and dispatch every complete request in the read buffer.
     fn process_input(&mut self) {
-        let limits = self.proxy.limits;
+        let settings = self.proxy.settings.load();
+        let limits = settings.limits;
+        self.max_pending_replies = settings.max_pending_replies;
         let now = Instant::now();
         self.current_start = now;
         while !self.closing && self.waiting < MAX_WAITING {
