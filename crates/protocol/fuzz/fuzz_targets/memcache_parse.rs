@@ -1,6 +1,12 @@
 #![no_main]
+//! Request parser: arbitrary bytes must never panic and must keep the
+//! contract checked in `invariants.rs` (shared with the corpus replay test).
+
 use libfuzzer_sys::fuzz_target;
 
+#[path = "../../tests/memcache_support/invariants.rs"]
+mod invariants;
+
 fuzz_target!(|data: &[u8]| {
-    let _ = data;
+    invariants::check(data);
 });

@@ -144,7 +144,19 @@ impl<'a> Line<'a> {
 
 /// Parse one request from the front of `buf`.
 pub fn parse_request<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
-    let Some(newline) = memchr::memchr(b'\n', buf) else {
+    // One scan finds the line end, or a NUL before it (rare).
+    let (newline, nul) = match memchr::memchr2(b'\n', 0, buf) {
+        Some(at) if buf.get(at) == Some(&b'\n') => (Some(at), None),
+        Some(nul) => {
+            let after = buf.get(nul + 1..).unwrap_or_default();
+            (
+                memchr::memchr(b'\n', after).map(|at| nul + 1 + at),
+                Some(nul),
+            )
+        }
+        None => (None, None),
+    };
+    let Some(newline) = newline else {
         if unterminated_too_long(buf) && !is_multiget_prefix(buf) {
             return close_silently();
         }
@@ -159,7 +171,8 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
     if text.len() > MAX_LINE_LEN && !is_multiget_prefix(buf) {
         return close_silently();
     }
-    if let Some(nul) = memchr::memchr(0, text) {
+    // memcached reads the line as a C string: it ends at the first NUL.
+    if let Some(nul) = nul {
         text = text.get(..nul).unwrap_or(text);
     }
     let line = Line {

@@ -172,3 +172,5 @@ fn running_as_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+pub mod invariants;

@@ -19,10 +19,17 @@ pub(super) fn parse<'a>(line: Line<'a>, rest: &'a [u8], command: RetrievalComman
     };
     let raw = trim_spaces(keys);
     let mut count = 0;
-    for key in raw.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+    let mut key_start = 0;
+    let separators = memchr::memchr_iter(b' ', raw).chain(std::iter::once(raw.len()));
+    for key_end in separators {
+        let key_len = key_end.saturating_sub(key_start);
+        key_start = key_end + 1;
+        if key_len == 0 {
+            continue; // repeated space
+        }
         // memcached stops at the first bad key and answers only the error
         // (hits before it are dropped, confirmed against 1.6.18).
-        if key.len() > MAX_KEY_LEN {
+        if key_len > MAX_KEY_LEN {
             return line.reply(reply::CLIENT_ERROR_BAD_FORMAT);
         }
         count += 1;
