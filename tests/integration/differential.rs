@@ -14,7 +14,12 @@
 //!   self-check of the generator and the comparison), default `memshift`;
 //! - `DIFF_COMMANDS=<n>` commands per seed (default 5000);
 //! - `DIFF_MAX_DIFFS=<n>` keep going after a difference (resynchronising with
-//!   `flush_all` on fresh connections) and report up to n of them (default 1).
+//!   `flush_all` on fresh connections) and report up to n of them (default 1);
+//! - `DIFF_AUDIT=0` skips the per-batch `gets` of the whole key space that
+//!   pins silent state differences to the batch that caused them;
+//! - `DIFF_TRACE=<text>` prints every batch whose commands contain <text>
+//!   (`*`: all) with both replies;
+//! - `DIFF_DEADLINE_S=<n>` wall-clock limit per seed (default 600).
 //!
 //! Framing: every batch of commands ends with a `version\r\n` sentinel and
 //! replies are read, framed (a `VALUE` header gives its data length, so data
@@ -22,6 +27,23 @@
 //! whose data the server may parse as commands (malformed storage lines, bad
 //! data chunks) only carry uppercase letters and digits there, which can only
 //! ever produce `ERROR`. Nothing else in the stream produces a `VERSION` line.
+//!
+//! What the stream avoids, because memcached 1.6.18 itself answers it
+//! differently from run to run (timing, TCP read boundaries or stale memory),
+//! so no implementation could match it reliably:
+//! - incr/decr of a value of 2^63 or more, or of only whitespace: its
+//!   `safe_strtoull` reads past the item (`differential_fixed_script` covers
+//!   these on fresh memory, where the answer is stable);
+//! - incr/decr of a key read earlier in the same pipelined batch: whether a
+//!   shorter result is padded in place depends on the item's refcount;
+//! - a get/gets/gat/gats failing with a CLIENT_ERROR after other commands of
+//!   a batch: memcached drops their replies if it has not written them yet;
+//! - positive `flush_all` delays, small positive TTLs, and item sizes near
+//!   the limit (memcached counts its item header and the key in it).
+//!
+//! The reference runs with `-o no_lru_maintainer,no_lru_crawler`: with its
+//! background LRU threads, a recently read item is sometimes still referenced
+//! and an incr/decr result is not padded in place (a timing race).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -1373,7 +1395,15 @@ fn run_seed(seed: u64, reference: &Memcached, target: &Target) -> Outcome {
         assert_eq!(reply, b"OK\r\n", "{}: flush_all at start", side.name);
     }
 
+    let started = std::time::Instant::now();
+    let deadline = Duration::from_secs(env_usize("DIFF_DEADLINE_S", 600) as u64);
     while out.commands < n_commands {
+        assert!(
+            started.elapsed() < deadline,
+            "seed {seed:#x}: still running after {deadline:?} ({} commands done): \
+             is the target very slow? (DIFF_DEADLINE_S raises the limit)",
+            out.commands
+        );
         let batch = gen.batch();
         let first = out.commands;
         out.commands += batch.len();

@@ -351,6 +351,8 @@ impl Memshift {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        // Plain text in the captured stderr, for assertions.
+        cmd.env("NO_COLOR", "1");
         let stdout = dir.path().join("stdout.log");
         let stderr = dir.path().join("stderr.log");
         let mut child =
