@@ -10,3 +10,4 @@ mod memccapable;
 mod pipelining;
 mod pymemcache;
 mod shard_down;
+mod tls;

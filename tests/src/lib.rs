@@ -10,6 +10,7 @@ pub mod client;
 pub mod env;
 pub mod process;
 pub mod resp;
+pub mod tls;
 
 pub use client::{escape, McClient, Unit};
 pub use env::{

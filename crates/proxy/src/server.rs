@@ -5,15 +5,17 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
+use crate::config::Config;
 use crate::error::ProxyError;
 use crate::proxy::Proxy;
 use crate::session::{Session, SessionEnd};
 use crate::stats::bump;
+use crate::tls::ServerTls;
 
 /// What memcached writes before closing a connection over its limit.
 const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
@@ -24,10 +26,63 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
         .map_err(|source| ProxyError::Listen { addr, source })
 }
 
+/// `server.tls_listen`: load `[tls]`, bind, and spawn the TLS accept loop
+/// into `listeners`. Returns the certificate state for SIGHUP to reload;
+/// `None` when no TLS listener is configured.
+pub async fn start_tls(
+    config: &Config,
+    proxy: &Arc<Proxy>,
+    limit: &Arc<Semaphore>,
+    shutdown: &watch::Receiver<bool>,
+    drain: std::time::Duration,
+    listeners: &mut Vec<JoinHandle<()>>,
+) -> Result<Option<Arc<ServerTls>>, ProxyError> {
+    let (Some(addr), Some(tls_config)) = (config.server.tls_listen, &config.tls) else {
+        return Ok(None);
+    };
+    let tls = Arc::new(ServerTls::load(tls_config)?);
+    let listener = bind(addr).await?;
+    tracing::info!(%addr, mtls = tls_config.client_ca.is_some(), "memcached protocol TLS 1.3 listener ready");
+    listeners.push(tokio::spawn(serve_tls(
+        listener,
+        tls.clone(),
+        proxy.clone(),
+        limit.clone(),
+        shutdown.clone(),
+        drain,
+    )));
+    Ok(Some(tls))
+}
+
 /// Accept until shutdown; then wait for sessions to drain (they stop reading
 /// and finish what is in flight) for at most `drain`.
 pub async fn serve(
     listener: TcpListener,
+    proxy: Arc<Proxy>,
+    limit: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+    drain: std::time::Duration,
+) {
+    accept_loop(listener, None, proxy, limit, shutdown, drain).await
+}
+
+/// Like `serve`, for `server.tls_listen`: each connection's TLS handshake
+/// runs in its own task under `tls.handshake_timeout_ms`, so a slow or
+/// hostile client never holds up the accept loop or other connections.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<ServerTls>,
+    proxy: Arc<Proxy>,
+    limit: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+    drain: std::time::Duration,
+) {
+    accept_loop(listener, Some(tls), proxy, limit, shutdown, drain).await
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<Arc<ServerTls>>,
     proxy: Arc<Proxy>,
     limit: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
@@ -50,24 +105,24 @@ pub async fn serve(
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     bump(&proxy.stats.rejected_connections);
                     proxy.metrics.connection_rejected();
-                    tokio::spawn(reject(stream));
+                    // A TLS client cannot read a plaintext error line: just close.
+                    if tls.is_none() {
+                        tokio::spawn(reject(stream));
+                    }
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let proxy = proxy.clone();
                 let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+                let tls = tls.clone();
                 sessions.spawn(async move {
-                    bump(&proxy.stats.total_connections);
-                    proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
-                    proxy.metrics.client_connected();
-                    let end = Session::new(proxy.clone(), id).run(stream).await;
-                    proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                    proxy.metrics.client_disconnected();
-                    if let SessionEnd::Io(e) = &end {
-                        tracing::debug!(error = %e, "client connection error");
-                    }
-                    if let SessionEnd::SlowConsumer = &end {
-                        tracing::info!("closed a client that stopped reading its replies");
+                    match tls {
+                        None => run_session(proxy, id, stream).await,
+                        Some(tls) => {
+                            if let Some(stream) = tls.accept(stream, &proxy.metrics).await {
+                                run_session(proxy, id, stream).await;
+                            }
+                        }
                     }
                     drop(permit);
                 });
@@ -88,6 +143,24 @@ pub async fn serve(
             "drain timeout: closing remaining connections"
         );
         sessions.abort_all();
+    }
+}
+
+async fn run_session<S>(proxy: Arc<Proxy>, id: u64, stream: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    bump(&proxy.stats.total_connections);
+    proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
+    proxy.metrics.client_connected();
+    let end = Session::new(proxy.clone(), id).run(stream).await;
+    proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    proxy.metrics.client_disconnected();
+    if let SessionEnd::Io(e) = &end {
+        tracing::debug!(error = %e, "client connection error");
+    }
+    if let SessionEnd::SlowConsumer = &end {
+        tracing::info!("closed a client that stopped reading its replies");
     }
 }
 

@@ -15,13 +15,18 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::{scripts, BackendError, BackendRequest, ReplyTo};
 use crate::metrics::{ErrorKind, ShardMetrics};
+use crate::tls::ShardTls;
 
 /// What a connection needs to know about its shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +36,9 @@ pub struct ConnectionSettings {
     pub password: Option<String>,
     pub timeout: Duration,
     pub connect_timeout: Duration,
+    /// `redis.tls`: the client config and the name the shard's certificate
+    /// must carry; `None` is plaintext.
+    pub tls: Option<ShardTls>,
 }
 
 /// Largest batch the writer puts into one write.
@@ -111,12 +119,16 @@ pub async fn run(
 }
 
 /// Open, authenticate and load the scripts.
-async fn connect(settings: &ConnectionSettings) -> Result<TcpStream, String> {
+async fn connect(settings: &ConnectionSettings) -> Result<ShardStream, String> {
     let work = async {
-        let mut stream = TcpStream::connect(&settings.addr)
+        let tcp = TcpStream::connect(&settings.addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut stream = match &settings.tls {
+            None => ShardStream::Plain(tcp),
+            Some(tls) => ShardStream::Tls(Box::new(crate::tls::connect_shard(tls, tcp).await?)),
+        };
         let mut out = BytesMut::new();
         let mut expected = 0usize;
         if let Some(password) = &settings.password {
@@ -136,6 +148,7 @@ async fn connect(settings: &ConnectionSettings) -> Result<TcpStream, String> {
             .write_all(&out)
             .await
             .map_err(|e| format!("write: {e}"))?;
+        stream.flush().await.map_err(|e| format!("write: {e}"))?;
         let mut parser = ReplyParser::new();
         let mut buf = BytesMut::with_capacity(4096);
         let mut replies = Vec::with_capacity(expected);
@@ -174,7 +187,7 @@ enum Ended {
 }
 
 async fn serve(
-    stream: TcpStream,
+    stream: ShardStream,
     settings: &ConnectionSettings,
     rx: &mut mpsc::Receiver<BackendRequest>,
     metrics: &ShardMetrics,
@@ -232,6 +245,10 @@ async fn serve(
             if let Err(e) = wr.write_all(&wbuf).await {
                 break Ended::Broken(format!("write: {e}"));
             }
+            // TLS may keep the tail of the batch buffered; a no-op on TCP.
+            if let Err(e) = wr.flush().await {
+                break Ended::Broken(format!("write: {e}"));
+            }
             wbuf.clear();
         }
     };
@@ -267,7 +284,7 @@ async fn drain(
     Ended::Closed
 }
 
-async fn shutdown_write(wr: &mut OwnedWriteHalf) -> std::io::Result<()> {
+async fn shutdown_write(wr: &mut ShardWriter) -> std::io::Result<()> {
     wr.shutdown().await
 }
 
@@ -303,7 +320,7 @@ fn fail_all(queue: &Queue, err: BackendError) -> usize {
 
 /// Parse replies and complete slots in order. Returns why it stopped.
 async fn read_loop(
-    mut rd: OwnedReadHalf,
+    mut rd: ShardReader,
     queue: Queue,
     retry: mpsc::UnboundedSender<(ReplyTo, Bytes)>,
     timeout: Duration,
@@ -365,4 +382,120 @@ async fn read_loop(
 
 fn is_noscript(frame: &Frame) -> bool {
     matches!(frame, Frame::Error(e) if e.starts_with(b"NOSCRIPT"))
+}
+
+// ---------------------------------------------------------------------------
+// the socket: plain TCP (split into owned halves, as fast as before) or TLS
+// (split through tokio's lock, as the reader runs in its own task)
+
+type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
+
+enum ShardStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+enum ShardReader {
+    Plain(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<TlsStream>),
+}
+
+enum ShardWriter {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<TlsStream>),
+}
+
+impl ShardStream {
+    fn into_split(self) -> (ShardReader, ShardWriter) {
+        match self {
+            ShardStream::Plain(s) => {
+                let (r, w) = s.into_split();
+                (ShardReader::Plain(r), ShardWriter::Plain(w))
+            }
+            ShardStream::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (ShardReader::Tls(r), ShardWriter::Tls(w))
+            }
+        }
+    }
+}
+
+impl AsyncRead for ShardStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ShardStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ShardStream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ShardStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ShardStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ShardStream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ShardStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            ShardStream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ShardStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ShardStream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl AsyncRead for ShardReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ShardReader::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            ShardReader::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ShardWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ShardWriter::Plain(w) => Pin::new(w).poll_write(cx, buf),
+            ShardWriter::Tls(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ShardWriter::Plain(w) => Pin::new(w).poll_flush(cx),
+            ShardWriter::Tls(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ShardWriter::Plain(w) => Pin::new(w).poll_shutdown(cx),
+            ShardWriter::Tls(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
 }
