@@ -1713,14 +1713,28 @@ fn differential_connection_closing() {
     };
     let mut diffs = Vec::new();
     for (name, input) in closing_cases() {
-        let mut results = Vec::new();
-        for addr in [reference.addr(), target.addr()] {
-            let mut c = connect(&addr);
-            let sent = c.send(&input);
-            let (bytes, closed) =
-                c.read_until_closed_or_idle(Duration::from_millis(1500), Duration::from_secs(8));
-            results.push((sent.is_ok(), normalize_raw(&bytes), closed));
-        }
+        // Both sides at once; a side that stays silent for 2.5 s is "open".
+        let results: Vec<(bool, Vec<u8>, bool)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = [reference.addr(), target.addr()]
+                .into_iter()
+                .map(|addr| {
+                    let input = &input;
+                    scope.spawn(move || {
+                        let mut c = connect(&addr);
+                        let sent = c.send(input);
+                        let (bytes, closed) = c.read_until_closed_or_idle(
+                            Duration::from_millis(2500),
+                            Duration::from_secs(10),
+                        );
+                        (sent.is_ok(), normalize_raw(&bytes), closed)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("closing-case thread"))
+                .collect()
+        });
         let (r, t) = (&results[0], &results[1]);
         eprintln!(
             "closing case {name:?}: memcached {} {:?}, {} {} {:?}",
