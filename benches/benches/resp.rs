@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memshift_protocol::resp::{encode_command, CommandWriter, ReplyParser};
 
@@ -61,6 +61,30 @@ fn parse(c: &mut Criterion) {
     bench_parse(c, "mget_100_array", &mget);
     bench_parse(c, "simple_ok", b"+OK\r\n");
     bench_parse(c, "integer", b":1234567\r\n");
+
+    // Floor for any zero-copy bulk parse: split_to + freeze + drop of the
+    // resulting Bytes (one atomic increment, one decrement), no parsing.
+    let template = b"$5\r\nhello\r\n".repeat(4096);
+    c.bench_function("resp_parse/baseline_split_freeze_drop", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(4096);
+                let mut buf = BytesMut::from(&template[..n as usize * 11]);
+                let start = Instant::now();
+                for _ in 0..n {
+                    buf.advance(4);
+                    let data = buf.split_to(5).freeze();
+                    buf.advance(2);
+                    black_box(&data);
+                }
+                total += start.elapsed();
+                left -= n;
+            }
+            total
+        })
+    });
 }
 
 fn encode(c: &mut Criterion) {

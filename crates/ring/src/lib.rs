@@ -133,19 +133,14 @@ pub fn hash_tag_slice(key: &[u8], hash_tag: Option<(u8, u8)>) -> &[u8] {
     let Some((open, close)) = hash_tag else {
         return key;
     };
-    let Some(start) = memchr_byte(open, key) else {
+    let Some(start) = memchr::memchr(open, key) else {
         return key;
     };
     let rest = &key[start + 1..];
-    match memchr_byte(close, rest) {
+    match memchr::memchr(close, rest) {
         Some(end) if end > 0 => &rest[..end],
         _ => key,
     }
-}
-
-#[inline]
-fn memchr_byte(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
 }
 
 /// The consistent-hash ring. Immutable once built; cheap to share (`Arc`).

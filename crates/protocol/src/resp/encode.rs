@@ -30,7 +30,7 @@ impl<'a> CommandWriter<'a> {
     pub fn arg(&mut self, arg: &[u8]) -> &mut Self {
         self.count();
         // One reserve for header + payload + CRLF instead of one per piece.
-        self.buf.reserve(arg.len() + INT_BUF + 5);
+        self.buf.reserve(arg.len() + INT_BUF + 6);
         put_header(self.buf, b'$', arg.len() as u64);
         self.buf.extend_from_slice(arg);
         self.buf.extend_from_slice(b"\r\n");
@@ -42,7 +42,7 @@ impl<'a> CommandWriter<'a> {
     pub fn arg_parts(&mut self, parts: &[&[u8]]) -> &mut Self {
         self.count();
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        self.buf.reserve(len + INT_BUF + 5);
+        self.buf.reserve(len + INT_BUF + 6);
         put_header(self.buf, b'$', len as u64);
         for part in parts {
             self.buf.extend_from_slice(part);
@@ -97,25 +97,33 @@ pub fn encode_command(buf: &mut BytesMut, args: &[&[u8]]) {
     }
 }
 
-/// `<prefix><n>\r\n` in a single copy.
+/// `<prefix><n>\r\n`.
 #[inline]
-fn put_header(buf: &mut BytesMut, prefix: u8, mut n: u64) {
-    // Layout: [prefix][up to 20 digits, right-aligned][\r\n]
-    let mut tmp = [0u8; INT_BUF + 3];
-    tmp[INT_BUF + 1] = b'\r';
-    tmp[INT_BUF + 2] = b'\n';
-    let mut i = INT_BUF + 1;
-    loop {
-        i -= 1;
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+fn put_header(buf: &mut BytesMut, prefix: u8, n: u64) {
+    if n < 100_000 {
+        // Up to 8 bytes: assemble them in a register and append one u64.
+        // Formatting into a byte array and copying that out costs a
+        // store-forwarding stall (byte stores, wide load) or a memmove call.
+        let digits = n.checked_ilog10().map_or(1, |l| l as usize + 1);
+        let mut word = u64::from(prefix);
+        let mut m = n;
+        let mut k = digits;
+        while k > 0 {
+            word |= (u64::from(b'0') + m % 10) << (8 * k);
+            m /= 10;
+            k -= 1;
         }
+        word |= 0x0a0d << (8 * (digits + 1)); // "\r\n"
+        let end = buf.len() + digits + 3;
+        buf.extend_from_slice(&word.to_le_bytes());
+        buf.truncate(end);
+    } else {
+        let mut tmp = [0u8; INT_BUF];
+        let digits = fmt_u64(n, &mut tmp);
+        buf.extend_from_slice(&[prefix]);
+        buf.extend_from_slice(digits);
+        buf.extend_from_slice(b"\r\n");
     }
-    i -= 1;
-    tmp[i] = prefix;
-    buf.extend_from_slice(&tmp[i..]);
 }
 
 /// Formats `n` in decimal at the end of `out`; returns the digits.
@@ -194,6 +202,11 @@ mod tests {
         buf.clear();
         CommandWriter::new(&mut buf, 1).arg_i64(i64::MIN);
         assert_eq!(&buf[..], b"*1\r\n$20\r\n-9223372036854775808\r\n");
+        for n in [0u64, 9, 10, 99_999, 100_000, 123_456_789, u64::MAX] {
+            buf.clear();
+            put_header(&mut buf, b'$', n);
+            assert_eq!(&buf[..], format!("${n}\r\n").as_bytes());
+        }
     }
 
     #[test]

@@ -82,6 +82,29 @@ impl ReplyParser {
     /// been consumed into the parser's state). `Err`: the stream is corrupt;
     /// the connection must be dropped.
     pub fn parse(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, RespError> {
+        // Fast path for the most common reply, a complete top-level bulk (GET
+        // hit): no state machine, and the frame is built in place rather than
+        // moved through the generic path's intermediate enums. Anything else
+        // (including every error) falls through to the generic path, which
+        // decides identically.
+        if self.stack.is_empty() && self.bulk.is_none() && buf.first() == Some(&b'$') {
+            if let Ok(Some((n, used))) = int_line(&buf[1..]) {
+                if (0..=MAX_BULK_LEN as i64).contains(&n) {
+                    let (start, len) = (1 + used, n as usize);
+                    if buf.get(start + len..start + len + 2) == Some(b"\r\n") {
+                        buf.advance(start);
+                        let data = buf.split_to(len).freeze();
+                        buf.advance(2);
+                        return Ok(Some(Frame::Bulk(data)));
+                    }
+                }
+            }
+        }
+        self.parse_slow(buf)
+    }
+
+    #[inline(never)]
+    fn parse_slow(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, RespError> {
         let res = self.parse_inner(buf);
         if res.is_err() {
             // The stream is unusable; don't keep half-built arrays around.
