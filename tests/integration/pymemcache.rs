@@ -1,4 +1,5 @@
-//! A real client: pymemcache (pinned) in a venv under `target/test-venv`,
+//! A real client: pymemcache (pinned, see `memshift_tests::PYMEMCACHE`) in
+//! the suite's venv under `target/test-venv`,
 //! run against memshift; then the Redis shards are inspected directly to see
 //! that the keys really are spread over all three.
 
@@ -6,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use memshift_tests::{require_tools, run_with_timeout, target_dir, Cluster};
+use memshift_tests::{pymemcache_python, require_tools, run_with_timeout, Cluster};
 
-const PYMEMCACHE: &str = "pymemcache==4.0.0";
 const SPREAD_KEYS: usize = 30;
 
 const SCRIPT: &str = r#"
@@ -71,48 +71,6 @@ check(c.delete("pm:str") is False, "delete missing")
 print("PYMEMCACHE OK", flush=True)
 "#;
 
-/// The venv with pymemcache, created once and reused between runs.
-fn venv() -> PathBuf {
-    let dir = target_dir().join("test-venv");
-    let python = dir.join("bin").join("python");
-    let marker = dir.join(format!(".installed-{PYMEMCACHE}"));
-    if marker.exists() && python.exists() {
-        return python;
-    }
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).expect("remove a broken test venv");
-    }
-    let mut mk = Command::new("python3");
-    mk.args(["-m", "venv"]).arg(&dir);
-    check_run(mk, "python3 -m venv (apt-get install python3-venv)", 120);
-    let mut pip = Command::new(&python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--quiet",
-        PYMEMCACHE,
-    ]);
-    check_run(pip, &format!("pip install {PYMEMCACHE}"), 300);
-    std::fs::write(&marker, b"").expect("write venv marker");
-    python
-}
-
-fn check_run(cmd: Command, what: &str, secs: u64) -> String {
-    let out =
-        run_with_timeout(cmd, Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
-}
-
 fn write_script(dir: &Path) -> PathBuf {
     let path = dir.join("pymemcache_check.py");
     std::fs::write(&path, SCRIPT).expect("write script");
@@ -124,7 +82,7 @@ fn pymemcache_client() {
     if !require_tools("pymemcache_client", &["python3", "redis-server"]) {
         return;
     }
-    let python = venv();
+    let python = pymemcache_python();
     let cluster = Cluster::start();
     let tmp = tempfile::tempdir().expect("temp dir");
     let script = write_script(tmp.path());

@@ -1,0 +1,69 @@
+//! The suite's Python venv with pymemcache, shared by every test that runs a
+//! real Python client: created once under `<target>/test-venv` and reused
+//! between runs. Safe to call from parallel tests and test processes (a
+//! mutex in-process, `flock` across processes).
+
+use std::fs::{self, File};
+use std::os::unix::io::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::env::target_dir;
+use crate::process::run_with_timeout;
+
+/// The pinned pymemcache.
+pub const PYMEMCACHE: &str = "pymemcache==4.0.0";
+
+/// The venv's `python` with [`PYMEMCACHE`] installed; creates the venv on
+/// first use (`python3 -m venv`, then `pip install`). Panics with the
+/// command's output when that fails (no network, no python3-venv).
+pub fn pymemcache_python() -> PathBuf {
+    static IN_PROCESS: Mutex<()> = Mutex::new(());
+    let _guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let target = target_dir();
+    fs::create_dir_all(&target).expect("create the target dir");
+    let lock = File::create(target.join("test-venv.lock")).expect("create the venv lock file");
+    // SAFETY: flock on a file descriptor we own; released when `lock` drops.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock the venv lock file");
+
+    let dir = target.join("test-venv");
+    let python = dir.join("bin").join("python");
+    let marker = dir.join(format!(".installed-{PYMEMCACHE}"));
+    if marker.exists() && python.exists() {
+        return python;
+    }
+    if dir.exists() {
+        fs::remove_dir_all(&dir).expect("remove an incomplete test venv");
+    }
+    let mut mk = Command::new("python3");
+    mk.args(["-m", "venv"]).arg(&dir);
+    run(mk, "python3 -m venv (apt-get install python3-venv)", 120);
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        PYMEMCACHE,
+    ]);
+    run(pip, &format!("pip install {PYMEMCACHE}"), 300);
+    fs::write(&marker, b"").expect("write the venv marker");
+    python
+}
+
+fn run(cmd: Command, what: &str, secs: u64) {
+    let out =
+        run_with_timeout(cmd, Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+}
