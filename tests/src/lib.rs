@@ -9,6 +9,7 @@
 pub mod client;
 pub mod env;
 pub mod process;
+pub mod python;
 pub mod resp;
 pub mod tls;
 
@@ -20,4 +21,5 @@ pub use process::{
     memshift_config, run_with_timeout, Cluster, ClusterOptions, CommandOutput, Memcached, Memshift,
     RedisServer,
 };
+pub use python::{pymemcache_python, PYMEMCACHE};
 pub use resp::{RedisClient, Resp};
