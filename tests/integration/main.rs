@@ -5,6 +5,7 @@
 //! `cargo build -p memshift-proxy` (override with `MEMSHIFT_BIN`).
 
 mod cas_concurrency;
+mod deploy;
 mod differential;
 mod memccapable;
 mod pipelining;
