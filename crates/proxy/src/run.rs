@@ -38,8 +38,12 @@ fn init_logging(config: &Config) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal: log shippers get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     // A second init (tests) is harmless: keep the first subscriber.
     let _ = match config.log.format {
