@@ -1,0 +1,171 @@
+//! SIGTERM: stop accepting, finish what is in flight, exit 0.
+
+use std::time::{Duration, Instant};
+
+use memshift_tests::ops_support::{accepts_connections, mc_stats, pause_redis, wait_until};
+use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, Unit};
+
+use super::{key, opts, value, write_and_place, POLL, REACT};
+
+const IN_FLIGHT: usize = 100;
+/// How long the slowed shard holds every command.
+const PAUSE_MS: u64 = 3000;
+
+#[test]
+fn sigterm_drains_in_flight_requests_and_exits_zero() {
+    if !require_tools(
+        "sigterm_drains_in_flight_requests_and_exits_zero",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let mut cluster = Cluster::start_with(ClusterOptions {
+        // Longer than the pause: the slowed requests must succeed, not time out.
+        timeout_ms: 10_000,
+        ..opts(2, "drain_timeout_ms = 15000", "")
+    });
+    let placement = write_and_place(&cluster, "drain", 400, 0);
+    let slowed: Vec<usize> = (0..placement.len())
+        .filter(|&i| placement[i] == 0)
+        .take(IN_FLIGHT)
+        .collect();
+    assert_eq!(
+        slowed.len(),
+        IN_FLIGHT,
+        "not enough keys on shard 0: {placement:?}"
+    );
+
+    let dispatched = |c: &mut memshift_tests::McClient| -> u64 {
+        mc_stats(c).expect("stats")["cmd_get"]
+            .parse()
+            .expect("cmd_get")
+    };
+    let base = dispatched(&mut cluster.client());
+
+    // Slow the shard, then pipeline 100 gets for its keys.
+    pause_redis(&cluster.shards[0], PAUSE_MS);
+    let paused_at = Instant::now();
+    let mut c = cluster.client();
+    c.set_read_timeout(Duration::from_secs(30))
+        .expect("read timeout");
+    let mut req = Vec::new();
+    for &i in &slowed {
+        req.extend_from_slice(format!("get {}\r\n", key("drain", i)).as_bytes());
+    }
+    c.send(&req).expect("send 100 gets");
+    // All 100 are read and routed (stats counts a get when it is dispatched).
+    wait_until(REACT, POLL, "memshift to dispatch the 100 gets", || {
+        (dispatched(&mut cluster.client()) >= base + IN_FLIGHT as u64).then_some(())
+    });
+
+    cluster.memshift.sigterm();
+    let signalled_at = paused_at.elapsed();
+    // The listener closes at once, while the requests are still in flight.
+    wait_until(REACT, POLL, "the listener to close after SIGTERM", || {
+        (!accepts_connections(cluster.addr())).then_some(())
+    });
+    let refused_at = paused_at.elapsed();
+    assert!(
+        cluster.memshift.is_running(),
+        "memshift exited before the in-flight requests were answered \
+         (SIGTERM {signalled_at:?} and listener closed {refused_at:?} into a {PAUSE_MS} ms pause)\n{}",
+        cluster.memshift.stderr()
+    );
+
+    for &i in &slowed {
+        let k = key("drain", i);
+        let units = c.read_reply().unwrap_or_else(|e| {
+            panic!(
+                "get {k} in flight at SIGTERM: no reply: {e}\n{}",
+                cluster.memshift.stderr()
+            )
+        });
+        let want = value("drain", i, 0);
+        assert!(
+            matches!(units.as_slice(), [v @ Unit::Value { .. }, end]
+                if end.is_line(b"END\r\n") && v.data() == Some(&want[..])),
+            "get {k} in flight at SIGTERM: {}",
+            escape(&units.iter().flat_map(Unit::raw).collect::<Vec<u8>>(), 200)
+        );
+    }
+    // Then the connection is closed and the process exits 0.
+    let (rest, closed) =
+        c.read_until_closed_or_idle(Duration::from_secs(10), Duration::from_secs(10));
+    assert!(
+        rest.is_empty(),
+        "more after the 100 replies: {}",
+        escape(&rest, 200)
+    );
+    assert!(closed, "the drained connection was not closed");
+    let status = cluster
+        .memshift
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| {
+            panic!(
+                "memshift still running 20 s after the drain\n{}",
+                cluster.memshift.stderr()
+            )
+        });
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM: {status}\n{}",
+        cluster.memshift.stderr()
+    );
+    let log = cluster.memshift.stderr();
+    assert!(log.contains("draining"), "no drain log line:\n{log}");
+    assert!(
+        !log.contains("drain timeout"),
+        "the drain hit its timeout:\n{log}"
+    );
+}
+
+#[test]
+fn drain_is_bounded_by_drain_timeout() {
+    if !require_tools("drain_is_bounded_by_drain_timeout", &["redis-server"]) {
+        return;
+    }
+    const DRAIN_MS: u64 = 1000;
+    const LONG_PAUSE_MS: u64 = 10_000;
+    let mut cluster = Cluster::start_with(ClusterOptions {
+        timeout_ms: 20_000,
+        ..opts(1, &format!("drain_timeout_ms = {DRAIN_MS}"), "")
+    });
+    let mut c = cluster.client();
+    c.set("stuck", b"1").expect("set");
+    pause_redis(&cluster.shards[0], LONG_PAUSE_MS);
+    let paused_at = Instant::now();
+    c.send(b"get stuck\r\n").expect("send");
+    // The only get of this process: dispatched once cmd_get is 1.
+    wait_until(REACT, POLL, "memshift to dispatch the get", || {
+        let n: u64 = mc_stats(&mut cluster.client()).expect("stats")["cmd_get"]
+            .parse()
+            .expect("cmd_get");
+        (n >= 1).then_some(())
+    });
+    cluster.memshift.sigterm();
+    let signalled = Instant::now();
+    let status = cluster
+        .memshift
+        .wait_exit(Duration::from_secs(30))
+        .expect("memshift did not exit after SIGTERM");
+    let took = signalled.elapsed();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status: {status}\n{}",
+        cluster.memshift.stderr()
+    );
+    assert!(
+        paused_at.elapsed() < Duration::from_millis(LONG_PAUSE_MS),
+        "memshift waited for the stuck request ({took:?} after SIGTERM) instead of giving up \
+         after drain_timeout_ms = {DRAIN_MS}\n{}",
+        cluster.memshift.stderr()
+    );
+    let log = cluster.memshift.stderr();
+    assert!(
+        log.contains("drain timeout"),
+        "no drain-timeout log line:\n{log}"
+    );
+    eprintln!("bounded drain: exited {took:?} after SIGTERM (drain_timeout_ms = {DRAIN_MS})");
+}
