@@ -91,7 +91,7 @@ impl Backends {
                 }
             })
             .collect();
-        Ok(Backends {
+        let backends = Backends {
             active: ArcSwap::from_pointee(ActiveRing {
                 ring: Some(ring.clone()),
                 to_shard: (0..shards.len()).collect(),
@@ -102,7 +102,13 @@ impl Backends {
             policy: redis.on_shard_down,
             ring_shards: config.ring_shards(),
             ring_config: config.ring_config(),
-        })
+        };
+        // Shards kept from the previous generation may be down right now:
+        // under the eject policy they stay out of the ring.
+        if backends.shards.iter().any(|s| !s.is_healthy()) {
+            backends.health_changed();
+        }
+        Ok(backends)
     }
 
     /// The shard that serves `key` now.

@@ -191,7 +191,9 @@ fn start_health_monitor(backends: &Arc<Backends>, config: &Config) {
 #[cfg(unix)]
 async fn reload_on_hangup(
     path: PathBuf,
-    mut current: Config,
+    // Settings that need a restart keep these values for the whole run, so
+    // every reload compares against them (not against the last file read).
+    running: Config,
     proxy: Arc<Proxy>,
     server_tls: Option<Arc<ServerTls>>,
 ) {
@@ -209,7 +211,7 @@ async fn reload_on_hangup(
                 continue;
             }
         };
-        let restart = current.restart_required_changes(&new);
+        let restart = running.restart_required_changes(&new);
         if !restart.is_empty() {
             tracing::warn!(settings = ?restart, "reload: these settings need a restart and keep their running values");
         }
@@ -243,7 +245,6 @@ async fn reload_on_hangup(
                 proxy.metrics.config_reload(true);
                 crate::tls::reload_server(server_tls.as_deref(), &new);
                 tracing::info!(shards = new.redis.shards.len(), "config reloaded");
-                current = new;
             }
             Err(e) => {
                 proxy.metrics.config_reload(false);

@@ -291,7 +291,6 @@ fn eject_policy_moves_keys_while_down_and_back_after() {
 }
 
 #[test]
-#[ignore = "BUG: SIGHUP under on_shard_down = \"eject\" puts an ejected shard back in the ring until it recovers (its keys fail with SERVER_ERROR)"]
 fn eject_policy_survives_a_reload_while_a_shard_is_down() {
     if !require_tools(
         "eject_policy_survives_a_reload_while_a_shard_is_down",

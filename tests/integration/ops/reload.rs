@@ -452,7 +452,6 @@ fn listen_change_needs_restart_and_keeps_old_listener() {
 }
 
 #[test]
-#[ignore = "BUG: a reload that changes a restart-only setting stores the new value as current, so the next SIGHUP no longer reports it (and reverting it is reported)"]
 fn needs_restart_is_reported_again_on_the_next_reload() {
     if !require_tools(
         "needs_restart_is_reported_again_on_the_next_reload",

@@ -86,6 +86,21 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// Payload bytes this reply holds (values and raw replies), roughly.
+    pub fn size(&self) -> usize {
+        fn frame_size(f: &Frame) -> usize {
+            match f {
+                Frame::Bulk(b) | Frame::Simple(b) | Frame::Error(b) => b.len(),
+                Frame::Array(items) => items.iter().map(frame_size).sum(),
+                _ => 0,
+            }
+        }
+        match self {
+            Reply::Redis(f) => frame_size(f),
+            Reply::Memcached(raw) => raw.len(),
+        }
+    }
+
     /// The Redis frame, if this came from Redis.
     pub fn frame(&self) -> Option<&Frame> {
         match self {

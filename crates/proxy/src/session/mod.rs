@@ -35,6 +35,10 @@ use pending::{Op, Pending, Results, NO_COMMAND};
 const MAX_WAITING: usize = 1024;
 /// Output buffered before replies stay queued instead (the client is not reading).
 const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// Reply bytes a client may have waiting (on top of `MAX_OUTPUT_BYTES`)
+/// before it is closed as a slow consumer: bounds memory even when each
+/// queued reply is a large value.
+const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 /// Why a session ended.
@@ -73,6 +77,10 @@ pub struct Session {
     closing: bool,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
+    /// `server.max_item_size` as of the last input.
+    max_item_size: usize,
+    /// Bytes of backend replies held by `pending`.
+    pending_bytes: usize,
 }
 
 impl Session {
@@ -95,6 +103,8 @@ impl Session {
             reply_tx,
             reply_rx,
             max_pending_replies,
+            max_item_size: 0,
+            pending_bytes: 0,
             cas: CasGenerator::new(seed),
             closing: false,
         }
@@ -112,7 +122,9 @@ impl Session {
         let mut read_closed = false;
         loop {
             self.flush_ready();
-            if self.pending.len() > self.max_pending_replies {
+            if self.pending.len() > self.max_pending_replies
+                || self.pending_bytes > MAX_PENDING_BYTES.max(4 * self.max_item_size)
+            {
                 bump(&self.proxy.stats.slow_consumers_closed);
                 self.proxy.metrics.slow_consumer_closed();
                 return SessionEnd::SlowConsumer;
@@ -191,6 +203,7 @@ impl Session {
         let settings = self.proxy.settings.load();
         let limits = settings.limits;
         self.max_pending_replies = settings.max_pending_replies;
+        self.max_item_size = settings.limits.max_item_size;
         let now = Instant::now();
         self.current_start = now;
         while !self.closing && self.waiting < MAX_WAITING {
@@ -251,6 +264,7 @@ impl Session {
             started: self.current_start,
             deadline: self.current_start,
             waiting: 0,
+            bytes: 0,
             results: Results::None,
         });
     }
@@ -267,6 +281,7 @@ impl Session {
             started: self.current_start,
             deadline,
             waiting: parts,
+            bytes: 0,
             results: Results::with_parts(parts),
         });
     }
@@ -291,7 +306,10 @@ impl Session {
         let Some(pending) = self.pending.get_mut(index) else {
             return;
         };
+        let size = reply.result.as_ref().map_or(0, |r| r.size());
         if pending.waiting > 0 && pending.results.set(reply.part, reply.result) {
+            pending.bytes += size;
+            self.pending_bytes += size;
             pending.waiting -= 1;
             if pending.waiting == 0 && !self.start_backfill(index) {
                 self.waiting -= 1;
@@ -327,6 +345,7 @@ impl Session {
                 return;
             };
             self.base_seq += 1;
+            self.pending_bytes -= pending.bytes;
             if pending.command != NO_COMMAND {
                 let now = *now.get_or_insert_with(Instant::now);
                 self.proxy.metrics.request(
@@ -337,6 +356,7 @@ impl Session {
             if matches!(pending.op, Op::Close) {
                 // Nothing after a close is answered.
                 self.pending.clear();
+                self.pending_bytes = 0;
                 self.closing = true;
                 return;
             }

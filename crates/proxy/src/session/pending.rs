@@ -23,6 +23,8 @@ pub(super) struct Pending {
     pub deadline: Instant,
     /// Backend replies still to come.
     pub waiting: u32,
+    /// Bytes of the replies received so far (for the slow-consumer limit).
+    pub bytes: usize,
     pub results: Results,
 }
 
