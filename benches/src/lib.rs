@@ -1,1 +1,5 @@
-//! Shared helpers for benches (the load generator arrives with the performance work).
+//! Shared code for the benches: the `memshift-load` load generator (`load`)
+//! and real server processes for the end-to-end bench (`harness`).
+
+pub mod harness;
+pub mod load;
