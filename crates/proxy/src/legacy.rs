@@ -55,11 +55,10 @@ pub struct Legacy {
 impl Legacy {
     /// Start the pool's connections (they come up in the background).
     pub fn start(config: &MemcachedConfig) -> Result<Legacy, ProxyError> {
-        let distribution: Distribution = config
-            .distribution
-            .as_str()
-            .parse()
-            .map_err(|e: memshift_ring::legacy::LegacyError| ProxyError::Other(e.to_string()))?;
+        let distribution: Distribution =
+            config.distribution.as_str().parse().map_err(
+                |e: memshift_ring::legacy::LegacyError| ProxyError::Other(e.to_string()),
+            )?;
         let servers: Vec<LegacyServer> = config
             .servers
             .iter()

@@ -128,7 +128,7 @@ fn fingerprint(cert: &CertificateDer<'_>) -> String {
 pub fn server_config(cfg: &TlsConfig) -> Result<(Arc<ServerConfig>, String), TlsError> {
     let certs = load_certs("tls.cert", &cfg.cert)?;
     let key = load_key("tls.key", &cfg.key)?;
-    let leaf = fingerprint(&certs[0]);
+    let leaf = certs.first().map(fingerprint).unwrap_or_default();
     let provider = provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(VERSIONS)

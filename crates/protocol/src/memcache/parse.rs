@@ -236,8 +236,10 @@ fn dispatch<'a>(buf: &'a [u8], line: Line<'a>, limits: &ParseLimits) -> Parsed<'
         [b'm', _] => meta::parse(line, command, rest),
         // memcached commands a proxy does not offer: answered like unknown
         // commands, but never mistaken for HTTP.
-        b"shutdown" | b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"watch" | b"lru"
-        | b"extstore" | b"refresh_certs" | b"misbehave" | b"debugtime" => line.reply(reply::ERROR),
+        // memcached 1.6.18 without -A answers this to any `shutdown` line.
+        b"shutdown" => line.reply(b"ERROR: shutdown not enabled\r\n"),
+        b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"watch" | b"lru" | b"extstore"
+        | b"refresh_certs" | b"misbehave" | b"debugtime" => line.reply(reply::ERROR),
         _ => unknown(line, command, rest),
     }
 }

@@ -30,13 +30,17 @@ return 2
 "#;
 
 /// `append`/`prepend`: KEYS[1]; ARGV[1] = new CAS (8 bytes), ARGV[2] = data,
-/// ARGV[3] = "a" (append) or "p" (prepend), ARGV[4] = max item size.
-/// Keeps flags and TTL. Returns 0 NOT_STORED, 1 STORED, 2 too large.
+/// ARGV[3] = "a" (append) or "p" (prepend), ARGV[4] = largest data memcached
+/// would store for this key with flags 0 (4 bytes less with other flags, as
+/// memcached stores non-zero flags in the item). Keeps flags and TTL.
+/// Returns 0 NOT_STORED, 1 STORED, 2 too large (memcached: NOT_STORED).
 pub const CONCAT: &str = r#"
-local head = redis.call('GETRANGE', KEYS[1], 0, 0)
-if head ~= '\1' then return 0 end
+local head = redis.call('GETRANGE', KEYS[1], 0, 4)
+if string.byte(head, 1) ~= 1 or #head < 5 then return 0 end
+local limit = tonumber(ARGV[4])
+if string.sub(head, 2, 5) ~= '\0\0\0\0' then limit = limit - 4 end
 local len = redis.call('STRLEN', KEYS[1])
-if len - 13 + #ARGV[2] > tonumber(ARGV[4]) then return 2 end
+if len - 13 + #ARGV[2] > limit then return 2 end
 if ARGV[3] == 'a' then
   redis.call('SETRANGE', KEYS[1], 5, ARGV[1])
   redis.call('APPEND', KEYS[1], ARGV[2])

@@ -209,7 +209,6 @@ pub enum WriteOutcome {
     NotFound,
     Deleted,
     Touched,
-    TooLarge,
     /// Redis answered something unexpected (an error, a wrong type).
     Failed,
 }
@@ -223,7 +222,6 @@ impl WriteOutcome {
             WriteOutcome::NotFound => reply::NOT_FOUND,
             WriteOutcome::Deleted => reply::DELETED,
             WriteOutcome::Touched => reply::TOUCHED,
-            WriteOutcome::TooLarge => b"SERVER_ERROR out of memory storing object\r\n",
             WriteOutcome::Failed => b"SERVER_ERROR backend error\r\n",
         }
     }
@@ -241,8 +239,9 @@ pub fn storage_outcome(command: StorageCommand, frame: &Frame) -> WriteOutcome {
         (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(1)) => {
             WriteOutcome::Stored
         }
+        // memcached cannot allocate the combined item: NOT_STORED.
         (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(2)) => {
-            WriteOutcome::TooLarge
+            WriteOutcome::NotStored
         }
         (StorageCommand::Set | StorageCommand::Add | StorageCommand::Replace, Frame::Simple(_)) => {
             WriteOutcome::Stored

@@ -133,7 +133,9 @@ impl Session {
                                 command == StorageCommand::Append,
                                 new_cas,
                                 &data,
-                                proxy.settings.load().limits.max_item_size,
+                                // memcached's limit for the combined item (the
+                                // script takes 4 more off for non-zero flags).
+                                proxy.settings.load().limits.max_data_len(key.len(), 0),
                             ),
                         }
                         let shard = backends.locate(&key);
@@ -252,6 +254,34 @@ impl Session {
                 self.push_ready(op);
             }
             Request::Quit => self.push_ready(Op::Close),
+        }
+    }
+
+    /// Delete `key` on its primary (and shadow) without a reply to the
+    /// client: the side effect of a refused oversize `set`.
+    pub(super) fn delete_quietly(&mut self, key: Bytes) {
+        let proxy = self.proxy.clone();
+        let migration = proxy.migration.load();
+        let route = migration.route(&key);
+        // A sequence number no request has: the reply is dropped.
+        let reply = self.reply_to(u64::MAX, 0);
+        match (route.primary, migration.legacy.as_deref()) {
+            (Side::Memcached, Some(legacy)) => {
+                if client::delete(&mut self.cmd_buf, &key, false).is_ok() {
+                    let cmd = self.cmd_buf.split().freeze();
+                    legacy.send(legacy.locate(&key), self.lane, cmd, ReplyShape::Line, reply);
+                }
+            }
+            _ => {
+                let backends = proxy.backends.load();
+                translate::delete(&mut self.cmd_buf, &key);
+                let cmd = self.cmd_buf.split().freeze();
+                let shard = backends.locate(&key);
+                backends.shards[shard].send(self.lane, BackendRequest { cmd, reply });
+            }
+        }
+        if let Some(side) = route.shadow {
+            migration.shadow(side, memshift_shadow::op::ShadowOp::Delete { key });
         }
     }
 

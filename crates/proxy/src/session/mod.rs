@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use memshift_protocol::memcache::{parse_request, Parsed, ProtocolError};
+use memshift_protocol::memcache::{parse_request, ParseLimits, Parsed, ProtocolError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -233,6 +233,10 @@ impl Session {
                 }
                 Parsed::Incomplete => return,
                 Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
+                    if let Some(key) = oversize_set_key(&self.rbuf, &limits) {
+                        let key = bytes::Bytes::copy_from_slice(key);
+                        self.delete_quietly(key);
+                    }
                     let n = skip.min(self.rbuf.len());
                     self.rbuf.advance(n);
                     self.skip = skip - n;
@@ -363,6 +367,26 @@ impl Session {
             self.render(pending);
         }
     }
+}
+
+/// memcached drops the old value when it refuses a `set` as too large (so a
+/// stale value does not outlive a failed overwrite): the key of such a set.
+fn oversize_set_key<'a>(input: &'a [u8], limits: &ParseLimits) -> Option<&'a [u8]> {
+    let line = input.split(|&b| b == b'\n').next()?;
+    let mut tokens = line
+        .split(|&b| b == b' ' || b == b'\r')
+        .filter(|t| !t.is_empty());
+    if tokens.next()? != b"set" {
+        return None;
+    }
+    let key = tokens.next()?;
+    let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+    let flags = u32::try_from(number(tokens.next()?)?).ok()?;
+    let _exptime = tokens.next()?;
+    let length = usize::try_from(number(tokens.next()?)?).ok()?;
+    let too_large = key.len() <= memshift_protocol::memcache::MAX_KEY_LEN
+        && length > limits.max_data_len(key.len(), flags);
+    too_large.then_some(key)
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
