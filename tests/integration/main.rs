@@ -8,6 +8,7 @@ mod cas_concurrency;
 mod deploy;
 mod differential;
 mod memccapable;
+mod migration;
 mod ops;
 mod pipelining;
 mod pymemcache;

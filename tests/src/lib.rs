@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod env;
+pub mod migration_support;
 pub mod ops_support;
 pub mod process;
 pub mod python;
