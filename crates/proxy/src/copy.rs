@@ -6,6 +6,7 @@
 //! through memshift, or an earlier copy) is newer than or equal to what the
 //! dump read, and is left alone.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +31,8 @@ use crate::redis::{BackendRequest, Reply, ReplyTo};
 
 /// Items copied at once.
 const CONCURRENCY: usize = 128;
+/// Metadump passes at most (each lists only keys not seen before).
+const MAX_PASSES: u32 = 5;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy)]
@@ -89,16 +92,6 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
     .await;
 
     let started = Instant::now();
-    let mut entries: Vec<(usize, DumpEntry)> = Vec::new();
-    for server in 0..legacy.server_count() {
-        let dumped = legacy
-            .pool()
-            .metadump_all(server)
-            .await
-            .map_err(|e| ProxyError::Other(format!("metadump of server #{server}: {e}")))?;
-        entries.extend(dumped.into_iter().map(|e| (server, e)));
-    }
-    let total = entries.len() as u64;
     let mode = if options.verify {
         "verify"
     } else if options.dry_run {
@@ -106,45 +99,84 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
     } else {
         "copy"
     };
-    println!(
-        "{mode}: {total} items listed on {} memcached server(s)",
-        legacy.server_count()
-    );
-
     let counters = Arc::new(Counters::default());
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut last_progress = Instant::now();
     let cas_seed = crate::proxy::random_seed();
-    for (n, (server, entry)) in entries.into_iter().enumerate() {
-        if let Some(rate) = options.rate.filter(|r| *r > 0) {
-            // Pace starts so that item n begins no earlier than n / rate.
-            let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
-            tokio::time::sleep_until(due.into()).await;
+    // memcached's crawler skips items that move between its LRU queues while
+    // it walks them (recently written or read items): dump again until a pass
+    // lists nothing new. Copying twice is harmless (SET NX).
+    let mut seen: HashSet<Bytes> = HashSet::new();
+    let mut total = 0u64;
+    let mut started_items = 0u64;
+    for pass in 1..=MAX_PASSES {
+        let mut fresh: Vec<(usize, DumpEntry)> = Vec::new();
+        for server in 0..legacy.server_count() {
+            let dumped = legacy
+                .pool()
+                .metadump_all(server)
+                .await
+                .map_err(|e| ProxyError::Other(format!("metadump of server #{server}: {e}")))?;
+            for entry in dumped {
+                if seen.insert(entry.key.clone()) {
+                    fresh.push((server, entry));
+                }
+            }
         }
-        let Ok(permit) = limit.clone().acquire_owned().await else {
+        if fresh.is_empty() {
             break;
-        };
-        let (legacy, backends, task_counters) =
-            (legacy.clone(), backends.clone(), counters.clone());
-        let cas = CasGenerator::new(cas_seed ^ n as u64).next_cas();
-        tasks.spawn(async move {
-            let c = &task_counters;
-            copy_one(&legacy, &backends, server, entry, options, cas, c).await;
-            c.done.fetch_add(1, Ordering::Relaxed);
-            drop(permit);
-        });
-        while tasks.try_join_next().is_some() {}
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            print_progress(&counters, total, started);
-            last_progress = Instant::now();
+        }
+        total += fresh.len() as u64;
+        println!(
+            "{mode}: pass {pass}: {} new items listed on {} memcached server(s)",
+            fresh.len(),
+            legacy.server_count()
+        );
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut last_progress = Instant::now();
+        for (server, entry) in fresh {
+            if let Some(rate) = options.rate.filter(|r| *r > 0) {
+                // Pace starts so that item n begins no earlier than n / rate.
+                let due = started + Duration::from_secs_f64(started_items as f64 / rate as f64);
+                tokio::time::sleep_until(due.into()).await;
+            }
+            started_items += 1;
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                break;
+            };
+            let (legacy, backends, task_counters) =
+                (legacy.clone(), backends.clone(), counters.clone());
+            let cas = CasGenerator::new(cas_seed ^ started_items).next_cas();
+            tasks.spawn(async move {
+                let c = &task_counters;
+                copy_one(&legacy, &backends, server, entry, options, cas, c).await;
+                c.done.fetch_add(1, Ordering::Relaxed);
+                drop(permit);
+            });
+            while tasks.try_join_next().is_some() {}
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                print_progress(&counters, total, started);
+                last_progress = Instant::now();
+            }
+        }
+        while tasks.join_next().await.is_some() {
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                print_progress(&counters, total, started);
+                last_progress = Instant::now();
+            }
         }
     }
-    while tasks.join_next().await.is_some() {
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            print_progress(&counters, total, started);
-            last_progress = Instant::now();
-        }
+    // The crawler's count against the servers' own: a gap is reported.
+    let mut current_items = 0u64;
+    for server in 0..legacy.server_count() {
+        current_items += curr_items(&legacy, server).await.unwrap_or(0);
+    }
+    if current_items > total {
+        println!(
+            "warning: the servers hold {current_items} items, the crawler listed {total}: \
+             {} were not seen (written during the copy, or still moving between LRU queues); \
+             run the copy again to pick them up",
+            current_items - total
+        );
     }
     let c = &counters;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -235,6 +267,30 @@ async fn read_item(
             String::from_utf8_lossy(raw)
         )),
     }
+}
+
+/// `stats` → `curr_items` of one server.
+async fn curr_items(legacy: &Legacy, server: usize) -> Option<u64> {
+    let reply = legacy
+        .pool()
+        .call(
+            Route::Server(server),
+            Bytes::from_static(b"stats\r\n"),
+            ReplyShape::UntilEnd,
+        )
+        .await
+        .ok()?;
+    let raw = reply.raw();
+    let mut rest = &raw[..];
+    while let Ok(Some((unit, used))) = client::parse_reply(rest) {
+        if let Response::Stat { name, value } = unit {
+            if name == b"curr_items" {
+                return std::str::from_utf8(value).ok()?.trim().parse().ok();
+            }
+        }
+        rest = rest.get(used..)?;
+    }
+    None
 }
 
 async fn redis_call(backends: &Backends, key: &[u8], cmd: Bytes) -> Result<Frame, String> {

@@ -232,7 +232,6 @@ fn bulk_copy_100k_items_then_verify() {
 /// it walks, so a single `lru_crawler metadump all` pass lists only part of
 /// them, and `--verify`, walking the same way, does not notice.
 #[test]
-#[ignore = "BUG: memshift copy trusts one metadump pass; under live reads it silently skips items moved between LRUs during the crawl"]
 fn bulk_copy_under_live_reads_copies_every_item() {
     if !tools("bulk_copy_under_live_reads_copies_every_item") {
         return;

@@ -645,7 +645,6 @@ fn hit_and_miss_metrics_per_backend() {
 /// its backends (1024 per connection) in one write, then only reads: every
 /// request must still be answered (memcached answers all of them).
 #[test]
-#[ignore = "BUG: requests still in the read buffer when 1024 are waiting are not parsed until the client sends more bytes: a deep pipeline stalls"]
 fn deep_pipeline_sent_at_once_is_fully_answered() {
     if !tools("deep_pipeline_sent_at_once_is_fully_answered") {
         return;
@@ -687,7 +686,6 @@ fn deep_pipeline_sent_at_once_is_fully_answered() {
 /// shadow must get the new TTL too (a shorter TTL left out would keep the
 /// item alive on the shadow after the primary expired it).
 #[test]
-#[ignore = "BUG: gat/gats change the TTL on the primary but send no shadow write: the shadow keeps the old TTL"]
 fn gat_and_gats_touch_reaches_the_shadow() {
     if !tools("gat_and_gats_touch_reaches_the_shadow") {
         return;

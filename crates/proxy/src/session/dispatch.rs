@@ -332,6 +332,7 @@ impl Session {
             backfill: None,
             compare: false,
             sample_miss_rate: migration.rollback.is_some(),
+            touch: touch.then_some(exptime),
         };
 
         if retrieval.keys.len() == 1 {

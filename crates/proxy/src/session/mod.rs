@@ -155,6 +155,11 @@ impl Session {
                         while let Ok(reply) = self.reply_rx.try_recv() {
                             self.complete(reply);
                         }
+                        // Requests the client already sent may be waiting
+                        // in the buffer for room (MAX_WAITING): go on.
+                        if !self.rbuf.is_empty() {
+                            self.process_input();
+                        }
                     }
                 }
                 res = wr.write(&self.wbuf), if !self.wbuf.is_empty() => match res {

@@ -56,6 +56,8 @@ pub(super) struct Retrieval {
     pub compare: bool,
     /// Canary: feed hits and misses to the rollback detector.
     pub sample_miss_rate: bool,
+    /// gat/gats: the new exptime, replicated to the shadow of each hit.
+    pub touch: Option<i64>,
 }
 
 /// Where each key's answer is.

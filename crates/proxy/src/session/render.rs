@@ -101,6 +101,18 @@ impl Session {
                     detector.record(slot.side.shadow(), primary_hit);
                 }
             }
+            if let (Some(exptime), Some(_)) = (r.touch, &found) {
+                // gat/gats changed the TTL on the primary: same on the shadow.
+                if let Some(side) = migration.route(key).shadow {
+                    migration.shadow(
+                        side,
+                        ShadowOp::Touch {
+                            key: Bytes::copy_from_slice(key),
+                            expiry: ShadowExpiry::from_memcached(exptime, shadow_now()),
+                        },
+                    );
+                }
+            }
             if r.compare {
                 compared = Some((
                     Bytes::copy_from_slice(key),
