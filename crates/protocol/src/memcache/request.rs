@@ -192,7 +192,9 @@ impl<B> Request<B> {
             Request::FlushAll { delay, noreply } => Request::FlushAll { delay, noreply },
             Request::Version => Request::Version,
             Request::Verbosity { noreply } => Request::Verbosity { noreply },
-            Request::Stats { group } => Request::Stats { group: group.map(f) },
+            Request::Stats { group } => Request::Stats {
+                group: group.map(f),
+            },
             Request::Quit => Request::Quit,
         }
     }

@@ -16,6 +16,10 @@ use crate::redis::translate::{self, ArithOutcome, Expiry, WriteOutcome};
 use crate::redis::{BackendError, BackendRequest, Reply};
 use crate::stats::bump;
 
+/// A read to compare with the other backend: key, side that answered, and
+/// its answer (flags, data).
+type Compared = (Bytes, Side, Option<(u32, Bytes)>);
+
 /// One key's answer.
 struct Found {
     flags: u32,
@@ -61,7 +65,7 @@ impl Session {
         let mut failures = 0usize;
         let mut first_error: Option<BackendError> = None;
         let mut body = BytesMut::new();
-        let mut compared: Option<(Bytes, Side, Option<(u32, Bytes)>)> = None;
+        let mut compared: Option<Compared> = None;
         for (i, key) in r.keys.iter().enumerate() {
             let Some(slot) = r.plan.slot(i) else {
                 continue;
