@@ -127,7 +127,9 @@ impl Want {
                     && if self.ttl < 0 {
                         s.ttl == -1
                     } else {
-                        s.ttl <= self.ttl && s.ttl >= self.ttl - TTL_SLACK
+                        // memcached's clock ticks once a second: its TTL
+                        // can read one second over an absolute deadline.
+                        s.ttl <= self.ttl + 1 && s.ttl >= self.ttl - TTL_SLACK
                     }
             }
         }
