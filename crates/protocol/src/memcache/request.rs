@@ -92,14 +92,14 @@ impl<B: AsRef<[u8]>> Keys<B> {
 /// A complete, validated request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<B> {
-    /// get/gets <key>*, gat/gats <exptime> <key>*. `exptime` is 0 for get/gets.
+    /// `get|gets <key>*`, `gat|gats <exptime> <key>*`. `exptime` is 0 for get/gets.
     Retrieval {
         command: RetrievalCommand,
         exptime: i64,
         keys: Keys<B>,
     },
-    /// <cmd> <key> <flags> <exptime> <bytes> [<cas unique>] [noreply]\r\n<data>\r\n
-    /// `data` excludes the trailing \r\n. `cas` is 0 unless command is Cas.
+    /// `<cmd> <key> <flags> <exptime> <bytes> [<cas unique>] [noreply]\r\n<data>\r\n`
+    /// `data` excludes the trailing `\r\n`. `cas` is 0 unless command is Cas.
     Storage {
         command: StorageCommand,
         key: B,
@@ -109,24 +109,24 @@ pub enum Request<B> {
         data: B,
         noreply: bool,
     },
-    /// incr/decr <key> <delta> [noreply]
+    /// `incr|decr <key> <delta> [noreply]`
     Arith {
         command: ArithCommand,
         key: B,
         delta: u64,
         noreply: bool,
     },
-    /// delete <key> [0] [noreply]
+    /// `delete <key> [0] [noreply]`
     Delete { key: B, noreply: bool },
-    /// touch <key> <exptime> [noreply]
+    /// `touch <key> <exptime> [noreply]`
     Touch { key: B, exptime: i64, noreply: bool },
-    /// flush_all [delay] [noreply]; `delay` is 0 when absent.
+    /// `flush_all [delay] [noreply]`; `delay` is 0 when absent.
     FlushAll { delay: i64, noreply: bool },
     /// version
     Version,
-    /// verbosity <level> [noreply]
+    /// `verbosity <level> [noreply]`
     Verbosity { noreply: bool },
-    /// stats [group]; `group` is None for plain `stats`.
+    /// `stats [group]`; `group` is None for plain `stats`.
     Stats { group: Option<B> },
     /// quit: close the connection without a reply.
     Quit,

@@ -40,6 +40,9 @@ const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// queued reply is a large value.
 const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Largest incomplete request kept in the read buffer (a multi-get line of
+/// ~60,000 keys), unless `max_item_size` allows more.
+const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why a session ended.
 #[derive(Debug)]
@@ -236,7 +239,18 @@ impl Session {
                     self.dispatch(request, now);
                     self.current_command = NO_COMMAND;
                 }
-                Parsed::Incomplete => return,
+                Parsed::Incomplete => {
+                    // memcached takes multi-get lines of any length; a
+                    // request larger than any item plus a generous line is
+                    // not one a client sends: close rather than grow.
+                    let cap = (self.max_item_size + 1024 * 1024).max(MAX_REQUEST_BYTES);
+                    if self.rbuf.len() > cap {
+                        tracing::info!(bytes = self.rbuf.len(), "closing a client whose request exceeds every limit");
+                        self.rbuf.clear();
+                        self.push_ready(Op::Close);
+                    }
+                    return;
+                }
                 Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
                     if let Some(key) = oversize_set_key(&self.rbuf, &limits) {
                         let key = bytes::Bytes::copy_from_slice(key);
