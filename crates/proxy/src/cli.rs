@@ -163,7 +163,7 @@ impl Sub {
     }
 }
 
-/// Parses the arguments after argv[0]. `--help` or `--version` anywhere wins.
+/// Parses the arguments after `argv[0]`. `--help` or `--version` anywhere wins.
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, CliError> {
     let args: Vec<String> = args.into_iter().collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
@@ -326,7 +326,7 @@ fn bad(opt: &str, value: String, reason: &'static str) -> CliError {
 }
 
 /// `memshift check`: "config OK" and the resolved settings on stdout, exit
-/// 0; or "memshift: <path>: <reason>" on stderr, exit 1.
+/// 0; or `memshift: <path>: <reason>` on stderr, exit 1.
 pub fn run_check(config: &Path) -> ExitCode {
     match Config::load(config) {
         Ok(cfg) => {

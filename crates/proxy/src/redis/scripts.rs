@@ -14,9 +14,9 @@ pub struct Script {
     pub sha: String,
 }
 
-/// `cas`: KEYS[1]; ARGV[1] = expected CAS (8 bytes), ARGV[2] = new value
-/// (header + data), ARGV[3] = expiry option ("" | "EX" | "EXAT" | "PXAT"),
-/// ARGV[4] = its argument. Returns 0 NOT_FOUND, 1 EXISTS, 2 STORED.
+/// `cas`: `KEYS[1]`; `ARGV[1]` = expected CAS (8 bytes), `ARGV[2]` = new value
+/// (header + data), `ARGV[3]` = expiry option ("" | "EX" | "EXAT" | "PXAT"),
+/// `ARGV[4]` = its argument. Returns 0 NOT_FOUND, 1 EXISTS, 2 STORED.
 pub const CAS: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v or #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
@@ -29,8 +29,8 @@ end
 return 2
 "#;
 
-/// `append`/`prepend`: KEYS[1]; ARGV[1] = new CAS (8 bytes), ARGV[2] = data,
-/// ARGV[3] = "a" (append) or "p" (prepend), ARGV[4] = largest data memcached
+/// `append`/`prepend`: `KEYS[1]`; `ARGV[1]` = new CAS (8 bytes), `ARGV[2]` = data,
+/// `ARGV[3]` = "a" (append) or "p" (prepend), `ARGV[4]` = largest data memcached
 /// would store for this key with flags 0 (4 bytes less with other flags, as
 /// memcached stores non-zero flags in the item). Keeps flags and TTL.
 /// Returns 0 NOT_STORED, 1 STORED, 2 too large (memcached: NOT_STORED).
@@ -58,8 +58,8 @@ return 1
 /// is written in place padded with spaces (as memcached does), otherwise the
 /// value becomes the new number. Flags and TTL are kept; the CAS changes.
 /// Lua numbers are doubles, so the arithmetic is on two 32-bit halves.
-/// KEYS[1]; ARGV[1] = "i" | "d", ARGV[2] = delta high 32 bits, ARGV[3] = delta
-/// low 32 bits, ARGV[4] = new CAS (8 bytes). Returns the new value as a bulk
+/// `KEYS[1]`; `ARGV[1]` = "i" | "d", `ARGV[2]` = delta high 32 bits, `ARGV[3]` = delta
+/// low 32 bits, `ARGV[4]` = new CAS (8 bytes). Returns the new value as a bulk
 /// string, 0 NOT_FOUND, -1 non-numeric.
 pub const ARITH: &str = r#"
 local v = redis.call('GET', KEYS[1])
@@ -139,7 +139,7 @@ return s
 "#;
 
 /// `touch <key> 0`: make the item permanent. PERSIST alone cannot tell a
-/// missing key from one without a TTL. KEYS[1]. Returns 1 TOUCHED, 0 NOT_FOUND.
+/// missing key from one without a TTL. `KEYS[1]`. Returns 1 TOUCHED, 0 NOT_FOUND.
 pub const TOUCH_PERSIST: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('PERSIST', KEYS[1])
