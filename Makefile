@@ -7,12 +7,18 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 CARGO ?= cargo
 
-.PHONY: run test bench deps
+.PHONY: run run-tls test bench deps
 
 ## run: install what is missing, start 3 Redis shards + memcached on loopback,
 ##      build and run memshift with config/local.toml (Ctrl-C stops everything)
 run:
 	./scripts/run-local.sh
+
+## run-tls: like run, plus the memcached protocol over TLS 1.3 on
+##          127.0.0.1:11212 with a throwaway CA and certificates generated into
+##          a temp dir (MTLS=1 make run-tls: clients need a certificate too)
+run-tls:
+	./scripts/run-local-tls.sh
 
 ## test: install what is missing, then fmt, clippy, build (the integration
 ##       tests run target/debug/memshift) and the whole test suite
