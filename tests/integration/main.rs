@@ -9,6 +9,7 @@ mod deploy;
 mod differential;
 mod memccapable;
 mod migration;
+mod observability;
 mod ops;
 mod pipelining;
 mod pymemcache;

@@ -62,7 +62,7 @@ impl Session {
         let parts = results.len();
         // Where the next VALUE of each memcached part starts.
         let mut cursors = vec![0usize; parts];
-        let mut failures = 0usize;
+        let mut answered = 0usize;
         let mut first_error: Option<BackendError> = None;
         let mut body = BytesMut::new();
         let mut compared: Option<Compared> = None;
@@ -80,12 +80,17 @@ impl Session {
                     next_value(raw, &mut cursors[slot.part as usize], key)
                 }
                 Some(Err(e)) => {
-                    failures += 1;
                     first_error.get_or_insert(*e);
                     None
                 }
                 None => None,
             };
+            // A key whose backend failed is neither a hit nor a miss.
+            let failed = !matches!(results.get(slot.part), Some(Ok(_)));
+            if failed {
+                continue;
+            }
+            answered += 1;
             // Per-backend hit rates count what the primary had; a value the
             // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
@@ -139,10 +144,10 @@ impl Session {
             }
         }
         match first_error {
-            // A single key that failed is an error; for several keys, the
-            // failed ones count as misses so the others are still served,
-            // unless nothing could be served at all.
-            Some(e) if failures >= r.keys.len() || failures >= parts => {
+            // When no backend involved answered, the request failed; keys of
+            // a failed backend in a multi-get are left out (like misses) so
+            // the others are still served.
+            Some(e) if answered == 0 => {
                 self.wbuf.extend_from_slice(e.reply_line())
             }
             _ => {
