@@ -4,6 +4,7 @@
 //! Tests that need memshift use the binary built by
 //! `cargo build -p memshift-proxy` (override with `MEMSHIFT_BIN`).
 
+mod auth;
 mod cas_concurrency;
 mod deploy;
 mod differential;
