@@ -54,7 +54,16 @@ fn init_logging(config: &Config) {
 
 async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), ProxyError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(
+        if std::env::var("MEMSHIFT_METRICS").is_ok_and(|v| v == "off") {
+            tracing::warn!(
+                "MEMSHIFT_METRICS=off: per-request metrics disabled (benchmarking only)"
+            );
+            Metrics::without_request_metrics()
+        } else {
+            Metrics::new()
+        },
+    );
     metrics.set_phase(config.migration.phase.as_str());
     let backends = Arc::new(Backends::start(&config, &metrics)?);
     start_health_monitor(&backends, &config);
