@@ -630,7 +630,7 @@ fn tls_handshake_timeout_does_not_block_others() {
     let cert = pki.issue("memshift", &["127.0.0.1"]);
     let proxy = start_proxy(
         &[redis.addr()],
-        &tls_table(&cert, None, "handshake_timeout_ms = 500\n"),
+        &tls_table(&cert, None, "handshake_timeout_ms = 2000\n"),
         "",
     );
     let ca = pki.ca_cert();
@@ -646,10 +646,15 @@ fn tls_handshake_timeout_does_not_block_others() {
     // Meanwhile a real client is served at once.
     let started = Instant::now();
     assert!(served(&proxy.tls_addr, &opts));
-    assert!(started.elapsed() < Duration::from_millis(450));
+    // Well before the silent ones time out: they do not hold it up.
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "served after {:?}",
+        started.elapsed()
+    );
     for (i, c) in silent.iter_mut().enumerate() {
         let (_, closed) =
-            c.read_until_closed_or_idle(Duration::from_secs(3), Duration::from_secs(5));
+            c.read_until_closed_or_idle(Duration::from_secs(5), Duration::from_secs(10));
         assert!(
             closed,
             "silent client {i} not closed after the handshake timeout"
