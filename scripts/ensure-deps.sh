@@ -11,6 +11,8 @@ pkgs=()
 command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v memcached >/dev/null 2>&1 || pkgs+=(memcached)
 command -v memccapable >/dev/null 2>&1 || pkgs+=(libmemcached-tools)
+command -v openssl >/dev/null 2>&1 || pkgs+=(openssl)
+command -v memcstat >/dev/null 2>&1 || pkgs+=(libmemcached-tools)
 command -v cc >/dev/null 2>&1 || pkgs+=(build-essential)
 command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
 if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
