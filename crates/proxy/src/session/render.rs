@@ -147,9 +147,7 @@ impl Session {
             // When no backend involved answered, the request failed; keys of
             // a failed backend in a multi-get are left out (like misses) so
             // the others are still served.
-            Some(e) if answered == 0 => {
-                self.wbuf.extend_from_slice(e.reply_line())
-            }
+            Some(e) if answered == 0 => self.wbuf.extend_from_slice(e.reply_line()),
             _ => {
                 self.wbuf.extend_from_slice(&body);
                 self.wbuf.extend_from_slice(reply::END);
