@@ -40,6 +40,9 @@ const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// queued reply is a large value.
 const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// First read buffer of a connection: small, so that thousands of idle
+/// connections cost little; it grows by `READ_CHUNK` once traffic fills it.
+const FIRST_READ: usize = 512;
 /// Largest incomplete request kept in the read buffer (a multi-get line of
 /// ~60,000 keys), unless `max_item_size` allows more.
 const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -142,7 +145,12 @@ impl Session {
             }
             let reading = !self.closing && self.waiting < MAX_WAITING;
             if reading && self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                self.rbuf.reserve(READ_CHUNK);
+                let grow = if self.rbuf.capacity() == 0 {
+                    FIRST_READ
+                } else {
+                    READ_CHUNK
+                };
+                self.rbuf.reserve(grow);
             }
             let front_deadline = self
                 .pending
