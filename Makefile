@@ -28,8 +28,11 @@ test: deps
 	$(CARGO) build -p memshift-proxy
 	$(CARGO) test --workspace
 
-## bench: criterion micro benches and the end-to-end bench
-bench:
+## bench: install what is missing (redis-server), then the criterion micro
+##        benches and the end-to-end bench (3 Redis shards + memshift, built
+##        in release by the bench); results in target/criterion/ (HTML report
+##        and e2e-summary.json). benches/compare.sh: memcached/twemproxy/Redis.
+bench: deps
 	$(CARGO) bench --workspace
 
 deps:

@@ -1,6 +1,6 @@
-//! End to end: 3 `redis-server` shards and `target/release/memshift` (built
-//! with `cargo build --release -p memshift-proxy` if missing; `make bench`
-//! builds it first, `MEMSHIFT_BIN` overrides the path), all on loopback
+//! End to end: 3 `redis-server` shards and `target/release/memshift` (the
+//! bench runs `cargo build --release -p memshift-proxy` first so it never
+//! measures a stale binary; `MEMSHIFT_BIN=path` skips that), all on loopback
 //! ports, all stopped on exit.
 //!
 //! - `e2e_memshift/{get,set,mix90_10}`: per-node throughput. One iteration =

@@ -125,9 +125,10 @@ pub fn start_redis(dir: &Path) -> Result<Proc, String> {
     Err(last)
 }
 
-/// `target/release/memshift`: `$MEMSHIFT_BIN`, else under `$CARGO_TARGET_DIR`
-/// or the workspace's `target/`; built with `cargo build --release -p
-/// memshift-proxy` when missing.
+/// `target/release/memshift`, freshly built: `cargo build --release -p
+/// memshift-proxy` runs first (a no-op when up to date; cargo does not hold
+/// the build lock while benches run). `$MEMSHIFT_BIN` skips the build and
+/// names the binary.
 pub fn memshift_bin() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("MEMSHIFT_BIN") {
         return Ok(PathBuf::from(p));
@@ -140,17 +141,17 @@ pub fn memshift_bin() -> Result<PathBuf, String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let bin = target.join("release").join("memshift");
-    if !bin.exists() {
-        eprintln!("e2e: {} missing, building it", bin.display());
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "--release", "-p", "memshift-proxy"])
-            .current_dir(&root)
-            .status()
-            .map_err(|e| format!("cargo build: {e}"))?;
-        if !st.success() || !bin.exists() {
-            return Err(format!("cargo build --release -p memshift-proxy: {st}"));
-        }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let st = Command::new(cargo)
+        .args(["build", "--release", "-q", "-p", "memshift-proxy"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !st.success() || !bin.exists() {
+        return Err(format!(
+            "cargo build --release -p memshift-proxy: {st} ({} missing?)",
+            bin.display()
+        ));
     }
     Ok(bin)
 }

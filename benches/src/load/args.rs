@@ -42,6 +42,8 @@ Idle connections (memory per connection)
                          keep them idle during the run, check them again at
                          the end (a closed or silent one is an error)
   --idle-hold SECS       after opening them, wait this long before the load [0]
+  --idle-silent          do not send the first request on the idle connections
+                         (connect only; they are still checked at the end)
 Runtime and output
   --threads T            load generator threads [1]
   --seed S               RNG seed [1]
@@ -69,6 +71,7 @@ pub struct Args {
     pub warmup: bool,
     pub idle: usize,
     pub idle_hold: Duration,
+    pub idle_silent: bool,
     pub threads: usize,
     pub seed: u64,
     pub json: bool,
@@ -95,6 +98,7 @@ impl Default for Args {
             warmup: false,
             idle: 0,
             idle_hold: Duration::ZERO,
+            idle_silent: false,
             threads: 1,
             seed: 1,
             json: false,
@@ -196,12 +200,13 @@ pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Parsed, String> 
             "--warmup" => a.warmup = true,
             "--idle" => a.idle = num("--idle", &value()?)?,
             "--idle-hold" => a.idle_hold = secs("--idle-hold", &value()?)?,
+            "--idle-silent" => a.idle_silent = true,
             "--threads" => a.threads = positive("--threads", &value()?)?,
             "--seed" => a.seed = num("--seed", &value()?)?,
             "--json" => a.json = true,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
-        if inline.is_some() && matches!(flag.as_str(), "--warmup" | "--json") {
+        if inline.is_some() && matches!(flag.as_str(), "--warmup" | "--json" | "--idle-silent") {
             return Err(format!("{flag} takes no value"));
         }
     }

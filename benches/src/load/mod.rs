@@ -33,6 +33,8 @@ pub struct Report {
     pub args: Arc<Args>,
     pub mode: &'static str,
     pub elapsed: Duration,
+    /// CPU time (user + system) this process spent during the run.
+    pub cpu: Duration,
     pub run: Stats,
     pub warmup: Option<(Duration, Stats)>,
     pub idle: Option<IdleReport>,
@@ -101,6 +103,7 @@ async fn run_async(args: Arc<Args>) -> Result<Report, String> {
         warmup = Some((t.elapsed(), st));
     }
 
+    let cpu_before = cpu_time();
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + d);
     let run_args = args.clone();
@@ -127,6 +130,7 @@ async fn run_async(args: Arc<Args>) -> Result<Report, String> {
         None => join(&shared, args.conns, |_| Mode::Closed, deadline).await,
     };
     let elapsed = start.elapsed();
+    let cpu = cpu_time() - cpu_before;
 
     if let Some(rep) = &mut idle {
         let (alive, errors, samples) = check_idle(&args, &enc, idle_conns).await;
@@ -142,6 +146,7 @@ async fn run_async(args: Arc<Args>) -> Result<Report, String> {
         },
         args,
         elapsed,
+        cpu,
         run: mode,
         warmup,
         idle,
@@ -222,7 +227,9 @@ async fn open_idle(args: &Arc<Args>, enc: &Encoder) -> (Vec<TcpStream>, u64, Vec
                 let s = conn::connect(a.addr, local, a.timeout)
                     .await
                     .map_err(|e| format!("connect: {e}"))?;
-                conn::probe(&s, &e, a.timeout).await?;
+                if !a.idle_silent {
+                    conn::probe(&s, &e, a.timeout).await?;
+                }
                 Ok::<_, String>(s)
             });
             next += 1;
@@ -282,6 +289,18 @@ async fn check_idle(
     (alive, errors, samples)
 }
 
+/// User + system CPU time of this process so far.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// Raises the soft open-files limit to the hard one (idle connections).
 fn raise_nofile_limit() {
     #[cfg(unix)]
@@ -323,6 +342,8 @@ impl Report {
             "rate": a.rate,
             "threads": a.threads,
             "elapsed_s": secs,
+            // Load generator CPU during the run, in cores (1.0 = one busy core).
+            "cpu_cores": self.cpu.as_secs_f64() / secs,
             "requests": r.ok,
             "ops_per_sec": self.ops_per_sec(),
             "gets": r.gets,
@@ -420,6 +441,10 @@ impl Report {
                 0.0
             },
             r.sets
+        );
+        out += &format!(
+            "cpu:      {:.2} cores used by the load generator\n",
+            self.cpu.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9)
         );
         out += &format!(
             "errors:   {} (server_error {}, client_error {}, error {}, timeout {}, unexpected {}, connection {}, connect failures {}; reconnects {})\n",

@@ -1,0 +1,561 @@
+#!/usr/bin/env bash
+# benches/compare.sh [--quick] [--profile]
+#
+# One run, one machine, the same load settings for every system:
+#   memcached   memcached 1.6 directly
+#   twemproxy   twemproxy (Debian nutcracker) -> that memcached
+#   memshift    memshift -> 3 redis-server shards
+#   redis       one redis-server directly: memshift-load speaking RESP, and
+#               redis-benchmark (GET and SET, combined 90/10) for reference
+# Scenarios: 90% get / 10% set, 100-byte values, 100,000 uniform keys,
+# 50 connections, without pipelining and with pipeline depth 16; latency in
+# open loop at 50% of memshift's max throughput; memory per idle client
+# connection (10,000 idle connections); a 100-key multi-get; and (full runs)
+# the largest idle-connection count the fd limit allows with a 50-connection
+# load running.
+#
+# Rounds: 3 (1 with --quick), medians. --quick takes under 3 minutes once
+# the release binaries are built. --profile adds a `perf record -g` of
+# memshift under the no-pipelining load (report in the output directory).
+#
+# CPU pinning (when the machine has >= 2 CPUs): every server process of the
+# system under test on CPU $SUT_CPU (default 1), the load generator on
+# CPU $LOAD_CPU (default 0), identically for every system. PIN=0 disables it.
+# memshift runs with server.threads = $MEMSHIFT_THREADS (default 1),
+# memcached with -t 1 (both get one core).
+#
+# Other work on the machine skews every number (a pinned server shares its
+# core with whatever else runs there): each run records the CPU used by the
+# system's processes, by the load generator, and by anything else on the
+# server core. QUIET_LOAD=1.0 waits (up to 10 minutes per round) for the
+# 1-minute load average to fall below 1.0 first.
+#
+# Everything listens on free loopback ports; every process is stopped on exit.
+# Results: target/compare/<timestamp>/ (results.jsonl, summary.md, logs).
+# Knobs (environment): ROUNDS, DUR (seconds per run), MEMSHIFT_THREADS,
+# SUT_CPU, LOAD_CPU, PIN, QUIET_LOAD.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+QUICK=0
+PROFILE=0
+for arg in "$@"; do
+    case $arg in
+        --quick) QUICK=1 ;;
+        --profile) PROFILE=1 ;;
+        -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $arg (see --help)" ;;
+    esac
+done
+
+if [ "$QUICK" -eq 1 ]; then
+    ROUNDS=${ROUNDS:-1}; DUR=${DUR:-5}
+else
+    ROUNDS=${ROUNDS:-3}; DUR=${DUR:-10}
+fi
+CONNS=50
+VALUE=100
+KEYS=100000
+RATIO=90:10
+IDLE=10000
+MEMSHIFT_THREADS=${MEMSHIFT_THREADS:-1}
+SUT_CPU=${SUT_CPU:-1}
+LOAD_CPU=${LOAD_CPU:-0}
+PIN=${PIN:-1}
+[ "$(nproc)" -ge 2 ] || PIN=0
+
+# --- tools --------------------------------------------------------------------
+pkgs=()
+command -v memcached >/dev/null 2>&1 || pkgs+=(memcached)
+command -v nutcracker >/dev/null 2>&1 || pkgs+=(nutcracker)
+command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || pkgs+=(redis-tools)
+command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
+command -v taskset >/dev/null 2>&1 || pkgs+=(util-linux)
+if [ "${#pkgs[@]}" -gt 0 ]; then
+    apt_install "${pkgs[@]}"
+    for unit in memcached nutcracker redis-server; do stop_packaged_service "$unit"; done
+fi
+if [ "$PROFILE" -eq 1 ] && ! command -v perf >/dev/null 2>&1; then
+    apt_install linux-perf || log "perf unavailable: no profile"
+fi
+
+log "building release binaries (memshift, memshift-load)"
+cargo build --release -q -p memshift-proxy -p memshift-benches
+MEMSHIFT=$ROOT/target/release/memshift
+LOAD=$ROOT/target/release/memshift-load
+
+# Idle connections need one fd each on both sides.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+NOFILE=$(ulimit -n)
+# Servers need a few fds of their own on top of the client connections.
+MAXCONN=$(( NOFILE - 200 ))
+
+SECONDS=0 # measurement time, the build excluded
+OUT=$ROOT/target/compare/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/memshift-compare.XXXXXX)
+RESULTS=$OUT/results.jsonl
+: >"$RESULTS"
+
+# --- processes ----------------------------------------------------------------
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Prefixes, not functions: a backgrounded function would be a subshell, and
+# $! (what cleanup kills and whose RSS is read) would not be the server.
+SUT=(); LOADGEN=()
+if [ "$PIN" -eq 1 ]; then
+    SUT=(taskset -c "$SUT_CPU"); LOADGEN=(taskset -c "$LOAD_CPU")
+fi
+
+USED_PORTS=" "
+free_port() {
+    local p
+    while :; do
+        # Below the ephemeral range, so no outgoing connection holds it.
+        p=$(( 20000 + RANDOM % 12000 ))
+        case $USED_PORTS in *" $p "*) continue ;; esac
+        port_in_use "$p" && continue
+        USED_PORTS+="$p "
+        echo "$p"
+        return
+    done
+}
+
+# start NAME PORT CMD...: start in the background (pinned), wait for PORT.
+start() {
+    local name=$1 port=$2; shift 2
+    "${SUT[@]}" "$@" >"$OUT/$name.log" 2>&1 &
+    PIDS+=($!)
+    eval "PID_$name=$!"
+    wait_for_port "$port" 15 || { cat "$OUT/$name.log" >&2; die "$name did not start on :$port"; }
+}
+
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+
+MC_PORT=$(free_port); NC_PORT=$(free_port); NC_STATS=$(free_port)
+MS_PORT=$(free_port); R_PORTS=("$(free_port)" "$(free_port)" "$(free_port)"); RD_PORT=$(free_port)
+
+root_flag=()
+[ "$(id -u)" -eq 0 ] && root_flag=(-u root)
+start memcached "$MC_PORT" memcached -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 1 -m 1024 -c "$MAXCONN" "${root_flag[@]}"
+
+cat >"$WORK/nutcracker.yml" <<EOF
+bench:
+  listen: 127.0.0.1:$NC_PORT
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 2000
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  servers:
+    - 127.0.0.1:$MC_PORT:1
+EOF
+start twemproxy "$NC_PORT" nutcracker -c "$WORK/nutcracker.yml" -s "$NC_STATS" -a 127.0.0.1 \
+    -p "$WORK/nutcracker.pid" -o "$OUT/twemproxy.log"
+
+redis_start() {
+    local name=$1 port=$2
+    mkdir -p "$WORK/$name"
+    start "$name" "$port" redis-server --port "$port" --bind 127.0.0.1 --save "" \
+        --appendonly no --daemonize no --dir "$WORK/$name" --maxclients "$MAXCONN"
+}
+for i in 0 1 2; do redis_start "shard$i" "${R_PORTS[$i]}"; done
+redis_start redis "$RD_PORT"
+
+cat >"$WORK/memshift.toml" <<EOF
+[server]
+listen = "127.0.0.1:$MS_PORT"
+threads = $MEMSHIFT_THREADS
+
+[log]
+level = "warn"
+
+[admin]
+listen = ""
+
+[redis]
+shards = ["127.0.0.1:${R_PORTS[0]}", "127.0.0.1:${R_PORTS[1]}", "127.0.0.1:${R_PORTS[2]}"]
+
+[migration]
+phase = "redis"
+EOF
+cp "$WORK/memshift.toml" "$OUT/memshift.toml"
+start memshift "$MS_PORT" "$MEMSHIFT" --config "$WORK/memshift.toml"
+
+declare -A ADDR=(
+    [memcached]=127.0.0.1:$MC_PORT [twemproxy]=127.0.0.1:$NC_PORT
+    [memshift]=127.0.0.1:$MS_PORT [redis]=127.0.0.1:$RD_PORT
+)
+# shellcheck disable=SC2154 # PID_* are set by start() through eval
+{
+    SUT_PIDS_memcached="$PID_memcached"
+    SUT_PIDS_twemproxy="$PID_twemproxy $PID_memcached"
+    SUT_PIDS_memshift="$PID_memshift $PID_shard0 $PID_shard1 $PID_shard2"
+    SUT_PIDS_redis="$PID_redis"
+}
+declare -A PROTO=([memcached]=memcache [twemproxy]=memcache [memshift]=memcache [redis]=redis)
+SYSTEMS=(memcached twemproxy memshift redis)
+
+# --- machine --------------------------------------------------------------------
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)$(lscpu 2>/dev/null | awk -F': +' '/Hypervisor vendor/ {print ", hypervisor " $2}')"
+    echo "kernel: $(uname -sr)"
+    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+    echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "versions: $(memcached -V), $(nutcracker -V 2>&1 | head -1), redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), $("$MEMSHIFT" --version 2>&1 | head -1)"
+    if [ "$PIN" -eq 1 ]; then
+        echo "pinning: servers on CPU $SUT_CPU, load generator on CPU $LOAD_CPU (taskset)"
+    else
+        echo "pinning: none"
+    fi
+    echo "memshift: server.threads = $MEMSHIFT_THREADS, 3 shards, connections_per_shard = 2 (default)"
+    echo "memcached: -t 1; twemproxy: 1 server connection to memcached"
+    echo "fd limit: $NOFILE"
+    echo "rounds: $ROUNDS x ${DUR}s"
+} | tee "$OUT/machine.txt" >&2
+
+# --- runs -------------------------------------------------------------------------
+# CPU ticks (user + system, all threads) of the given pids.
+ticks() {
+    local pid total=0
+    for pid in "$@"; do
+        total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
+    done
+    echo "$total"
+}
+CLK_TCK=$(getconf CLK_TCK)
+# Busy ticks of one CPU (user nice system irq softirq steal), from /proc/stat.
+cpu_busy() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+# run SYSTEM SCENARIO ROUND memshift-load-args...: one JSON line into results,
+# with the CPU the system's server processes used (in cores) during the run.
+run() {
+    local sys=$1 scen=$2 round=$3; shift 3
+    local out t0 t1 s0 s1
+    # shellcheck disable=SC2086 # SUT_PIDS_* are pid lists
+    eval "local pids=\$SUT_PIDS_$sys"
+    # shellcheck disable=SC2154,SC2086
+    t0=$(ticks $pids); s0=$(date +%s.%N)
+    local b0 b1
+    b0=$(cpu_busy "$SUT_CPU")
+    out=$("${LOADGEN[@]}" "$LOAD" --addr "${ADDR[$sys]}" --protocol "${PROTO[$sys]}" --json "$@" 2>>"$OUT/load.err") \
+        || die "memshift-load failed for $sys/$scen (see $OUT/load.err)"
+    # shellcheck disable=SC2086
+    t1=$(ticks $pids); s1=$(date +%s.%N)
+    b1=$(cpu_busy "$SUT_CPU")
+    local sut_cpu other
+    sut_cpu=$(python3 -c "print(($t1 - $t0) / $CLK_TCK / ($s1 - $s0))")
+    # The server core's busy time not charged to the system's processes:
+    # other processes (noise) plus interrupt work. Meaningful when pinned.
+    other=$(python3 -c "print(max(0.0, ($b1 - $b0 - $t1 + $t0) / $CLK_TCK / ($s1 - $s0)))")
+    printf '{"system":"%s","scenario":"%s","round":%s,"sut_cpu":%s,"other_cpu":%s,"load":"%s","report":%s}\n' \
+        "$sys" "$scen" "$round" "$sut_cpu" "$other" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
+    printf '%s' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin); l = r["latency_us"]
+if r["warmup"]:
+    w = r["warmup"]
+    print("    %-10s %d keys set in %.2f s, %d errors" % (sys.argv[1], w["sets"], w["secs"], w["errors"]), file=sys.stderr)
+else:
+    print("    %-10s %-9s %10.0f ops/s  p50 %7.1f us  p99 %8.1f us  errors %d  cpu: server %.2f, load generator %.2f, other on the server core %.2f" % (
+          sys.argv[1], sys.argv[2], r["ops_per_sec"], l["p50"], l["p99"], r["errors"]["total"],
+          float(sys.argv[3]), r["cpu_cores"], float(sys.argv[4])), file=sys.stderr)' "$sys" "$scen" "$sut_cpu" "$other"
+}
+
+shape=(--conns "$CONNS" --ratio "$RATIO" --keys "$KEYS" --value-size "$VALUE" --duration "$DUR")
+
+log "prefilling $KEYS keys (memcached, memshift, redis)"
+for sys in memcached memshift redis; do
+    run "$sys" prefill 0 --warmup --requests 0 --keys "$KEYS" --value-size "$VALUE" --conns 16
+done
+
+redis_benchmark() { # SCENARIO ROUND PIPELINE OPS_PER_SEC_HINT
+    local scen=$1 round=$2 pipe=$3 hint=$4 n csv
+    # Sized from memshift-load's RESP run so each test lasts about DUR/2.
+    n=$(python3 -c "print(max(10000, int($hint * $DUR / 2)))")
+    local t0 s0
+    t0=$(ticks "$PID_redis"); s0=$(date +%s.%N)
+    csv=$("${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$RD_PORT" -c "$CONNS" -P "$pipe" -d "$VALUE" \
+        -r "$KEYS" -n "$n" -t set,get --csv 2>>"$OUT/load.err")
+    local sut_cpu
+    sut_cpu=$(python3 -c "print(($(ticks "$PID_redis") - $t0) / $CLK_TCK / ($(date +%s.%N) - $s0))")
+    printf '%s\n' "$csv" >>"$OUT/redis-benchmark.csv"
+    python3 - "$scen" "$round" "$csv" "$sut_cpu" >>"$RESULTS" <<'PY'
+import csv, io, json, sys
+scen, rnd, text, sut_cpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+rps = {row[0]: float(row[1]) for row in csv.reader(io.StringIO(text)) if len(row) > 1 and row[0] in ("SET", "GET")}
+# 90/10 mix: time-weighted (harmonic) combination of the two rates.
+mix = 1.0 / (0.9 / rps["GET"] + 0.1 / rps["SET"])
+print(json.dumps({"system": "redis-benchmark", "scenario": scen, "round": rnd, "sut_cpu": sut_cpu,
+                  "report": {"ops_per_sec": mix, "get_ops": rps["GET"], "set_ops": rps["SET"],
+                             "errors": {"total": 0}, "latency_us": None}}))
+print("    %-10s %-9s %10.0f ops/s  (GET %.0f, SET %.0f)  cpu: server %.2f" % ("redis-bm", scen, mix, rps["GET"], rps["SET"], sut_cpu), file=sys.stderr)
+PY
+}
+
+last_ops() { # SYSTEM SCENARIO: ops/s of the last result line
+    python3 - "$RESULTS" "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print([r for r in rows if r["system"] == sys.argv[2] and r["scenario"] == sys.argv[3]][-1]["report"]["ops_per_sec"])
+PY
+}
+
+# QUIET_LOAD=x: before each round, wait (at most 10 minutes) for the 1-minute
+# load average to drop below x; other work on this machine skews every number.
+wait_quiet() {
+    [ -n "${QUIET_LOAD:-}" ] || return 0
+    local tries=120
+    while python3 -c "import sys; sys.exit(0 if float(open('/proc/loadavg').read().split()[0]) >= $QUIET_LOAD else 1)"; do
+        [ "$tries" -gt 0 ] || { log "load still >= $QUIET_LOAD, going on"; return 0; }
+        [ "$tries" -eq 120 ] && log "waiting for the load average to drop below $QUIET_LOAD"
+        sleep 5; tries=$(( tries - 1 ))
+    done
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    wait_quiet
+    log "round $round/$ROUNDS: 90/10, $CONNS conns, no pipelining (load average $(cut -d' ' -f1 /proc/loadavg))"
+    for sys in "${SYSTEMS[@]}"; do run "$sys" np "$round" "${shape[@]}" --pipeline 1; done
+    redis_benchmark np "$round" 1 "$(last_ops redis np)"
+    log "round $round/$ROUNDS: 90/10, $CONNS conns, pipeline 16"
+    for sys in "${SYSTEMS[@]}"; do run "$sys" p16 "$round" "${shape[@]}" --pipeline 16; done
+    redis_benchmark p16 "$round" 16 "$(last_ops redis p16)"
+done
+
+# Open loop at half of memshift's median closed-loop throughput.
+RATE=$(python3 - "$RESULTS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(int(0.5 * statistics.median(r["report"]["ops_per_sec"] for r in rows
+                                  if r["system"] == "memshift" and r["scenario"] == "np")))
+PY
+)
+for round in $(seq 1 "$ROUNDS"); do
+    wait_quiet
+    log "round $round/$ROUNDS: open loop at $RATE req/s (50% of memshift's max)"
+    for sys in "${SYSTEMS[@]}"; do run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"; done
+done
+
+log "multi-get: 100 keys per get, 1 connection"
+mg_calls() {
+    local p total=0 c
+    for p in "${R_PORTS[@]}"; do
+        c=$(redis-cli -p "$p" INFO commandstats | tr -d '\r' | awk -F'[:,=]' \
+            '/^cmdstat_/ && $1 != "cmdstat_info" && $1 != "cmdstat_ping" {s += $3} END {print s + 0}')
+        total=$(( total + c ))
+    done
+    echo "$total"
+}
+for round in $(seq 1 "$ROUNDS"); do
+    for sys in "${SYSTEMS[@]}"; do
+        [ "$sys" = memshift ] && before=$(mg_calls)
+        run "$sys" mget100 "$round" --conns 1 --ratio 100:0 --keys "$KEYS" --value-size "$VALUE" \
+            --multiget 100 --duration "$(( DUR / 2 ))"
+        if [ "$sys" = memshift ]; then
+            after=$(mg_calls)
+            python3 - "$RESULTS" "$before" "$after" "$round" >>"$RESULTS" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in rows if x["system"] == "memshift" and x["scenario"] == "mget100"][-1]["report"]
+n = r["requests"]
+# INFO itself is excluded; the other data commands are the multi-gets'.
+print(json.dumps({"system": "memshift", "scenario": "mget100-commands", "round": int(sys.argv[4]),
+                  "report": {"commands_per_multiget": (int(sys.argv[3]) - int(sys.argv[2])) / max(n, 1)}}))
+PY
+        fi
+    done
+done
+
+# Memory per idle connection: RSS with IDLE idle connections minus RSS with none.
+idle_rss() { # SYSTEM PID COUNT SCENARIO [extra memshift-load args]
+    local sys=$1 pid=$2 count=$3 scen=$4; shift 4
+    local before during log=$WORK/idle-$sys.err
+    sleep 1
+    before=$(rss_kb "$pid")
+    "${LOADGEN[@]}" "$LOAD" --addr "${ADDR[$sys]}" --idle "$count" --idle-hold 3 --json "$@" \
+        >"$WORK/idle-$sys.json" 2>"$log" &
+    local lpid=$!
+    PIDS+=("$lpid")
+    local tries=600
+    until grep -q "idle connections open" "$log" 2>/dev/null; do
+        sleep 0.1; tries=$(( tries - 1 ))
+        [ "$tries" -gt 0 ] || die "idle connections to $sys did not open in 60 s"
+        kill -0 "$lpid" 2>/dev/null || { cat "$log" >&2; die "memshift-load (idle) exited early"; }
+    done
+    sleep 2
+    during=$(rss_kb "$pid")
+    wait "$lpid" || die "memshift-load (idle) failed: $(cat "$log")"
+    printf '{"system":"%s","scenario":"%s","round":1,"report":%s,"rss_before_kb":%s,"rss_during_kb":%s,"idle":%s}\n' \
+        "$sys" "$scen" "$(cat "$WORK/idle-$sys.json")" "$before" "$during" "$count" >>"$RESULTS"
+    python3 -c 'import sys; b, d, n = map(int, sys.argv[2:5]); print("    %-10s %d idle: RSS %d -> %d KiB, %.2f KiB per connection" % (sys.argv[1], n, b, d, (d - b) / n), file=sys.stderr)' \
+        "$sys" "$before" "$during" "$count"
+}
+log "memory: $IDLE idle connections"
+# shellcheck disable=SC2154 # PID_* are set by start() through eval
+{
+    idle_rss memshift "$PID_memshift" "$IDLE" idle --conns 0
+    idle_rss memcached "$PID_memcached" "$IDLE" idle --conns 0
+    idle_rss twemproxy "$PID_twemproxy" "$IDLE" idle --conns 0
+}
+
+if [ "$QUICK" -eq 0 ]; then
+    # The 50,000-connection goal, as far as the fd limit goes (memshift and the
+    # load generator each hold one fd per connection).
+    BIG=$(( NOFILE - 1000 )); [ "$BIG" -gt 50000 ] && BIG=50000
+    log "memory: $BIG idle connections with a $CONNS-connection 90/10 load running"
+    # shellcheck disable=SC2154
+    idle_rss memshift "$PID_memshift" "$BIG" idle-load "${shape[@]}"
+fi
+
+if [ "$PROFILE" -eq 1 ] && command -v perf >/dev/null 2>&1; then
+    log "profile: perf record -g on memshift under the no-pipelining load"
+    # shellcheck disable=SC2154
+    perf record -g -F 2000 -p "$PID_memshift" -o "$OUT/perf-memshift.data" -- sleep "$DUR" \
+        >"$OUT/perf.log" 2>&1 &
+    ppid=$!
+    sleep 0.5
+    run memshift np-profiled 0 "${shape[@]}" --pipeline 1
+    wait "$ppid" || true
+    perf report -i "$OUT/perf-memshift.data" --no-children --percent-limit 0.7 --stdio \
+        --sort symbol 2>/dev/null | grep -v '^$' | head -150 >"$OUT/perf-memshift.txt" || true
+    perf report -i "$OUT/perf-memshift.data" --no-children --sort dso --stdio 2>/dev/null \
+        | grep -v '^#' | grep -v '^$' | head -20 >"$OUT/perf-memshift-dso.txt" || true
+    log "profile: $OUT/perf-memshift.txt"
+fi
+
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
+echo "measurement time: ${SECONDS}s (build excluded)" >>"$OUT/machine.txt"
+
+# --- summary ----------------------------------------------------------------------------
+python3 - "$RESULTS" "$OUT/machine.txt" "$RATE" "$*" >"$OUT/summary.md" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+machine, rate, argv = open(sys.argv[2]).read(), int(sys.argv[3]), sys.argv[4]
+med = statistics.median
+
+def get(system, scen, f=lambda r: r["ops_per_sec"]):
+    v = [f(r["report"]) for r in rows if r["system"] == system and r["scenario"] == scen]
+    return med(v) if v else None
+
+def fmt(v, d=0):
+    return "-" if v is None else f"{v:,.{d}f}"
+
+def ratio(ms, x):
+    return "-" if (ms is None or not x) else f"{ms / x:.2f}x"
+
+names = {
+    "memcached": "memcached direct",
+    "twemproxy": "twemproxy -> memcached",
+    "memshift": "memshift -> 3 Redis shards",
+    "redis": "Redis direct (memshift-load, RESP)",
+    "redis-benchmark": "Redis direct (redis-benchmark)",
+}
+p99 = lambda r: r["latency_us"]["p99"]
+out = []
+out.append(f"memshift comparison (`benches/compare.sh{(' ' + argv) if argv else ''}`)\n")
+out.append("```\n" + machine.strip() + "\n```\n")
+out.append("Throughput, 90% get / 10% set, 100 B values, 100,000 uniform keys, 50 connections "
+           "(median of the rounds; `memshift / x` = memshift's throughput divided by the row's):\n")
+out.append("| system | ops/s, no pipelining | memshift / x | p99 us | ops/s, pipeline 16 | memshift / x | p99 us |")
+out.append("|---|---:|---:|---:|---:|---:|---:|")
+ms_np, ms_p = get("memshift", "np"), get("memshift", "p16")
+for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
+    np_, p16 = get(s, "np"), get(s, "p16")
+    lat = s != "redis-benchmark"
+    out.append(f"| {names[s]} | {fmt(np_)} | {ratio(ms_np, np_)} | {fmt(get(s, 'np', p99) if lat else None, 1)} "
+               f"| {fmt(p16)} | {ratio(ms_p, p16)} | {fmt(get(s, 'p16', p99) if lat else None, 1)} |")
+out.append("")
+out.append("CPU used during those runs, in cores (server side = every process of the system: "
+           "memshift + its 3 shards, twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
+out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core |")
+out.append("|---|---:|---:|---:|---:|---:|---:|")
+sut = lambda r: r["sut_cpu"]
+def cpu(system, scen, f):
+    v = [f(r) for r in rows if r["system"] == system and r["scenario"] == scen and "sut_cpu" in r]
+    return med(v) if v else None
+lg = lambda r: r["report"].get("cpu_cores")
+for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
+    oth = lambda r: r.get("other_cpu")
+    out.append(f"| {names[s]} | {fmt(cpu(s, 'np', sut), 2)} | {fmt(cpu(s, 'np', lg) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'np', oth) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'p16', sut), 2)} | {fmt(cpu(s, 'p16', lg) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'p16', oth) if s != 'redis-benchmark' else None, 2)} |")
+out.append("")
+out.append(f"Open loop at {rate:,} req/s (50% of memshift's max above), latency from the intended send time:\n")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors |")
+out.append("|---|---:|---:|---:|---:|---:|---:|")
+for s in ["memcached", "twemproxy", "memshift", "redis"]:
+    q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
+    out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
+               f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} |")
+out.append("")
+out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
+out.append("| system | gets/s | p50 us | p99 us |")
+out.append("|---|---:|---:|---:|")
+for s in ["memcached", "twemproxy", "memshift", "redis"]:
+    out.append(f"| {names[s]}{' (MGET)' if s == 'redis' else ''} | {fmt(get(s, 'mget100'))} "
+               f"| {fmt(get(s, 'mget100', lambda r: r['latency_us']['p50']), 1)} | {fmt(get(s, 'mget100', p99), 1)} |")
+cmds = get("memshift", "mget100-commands", lambda r: r["commands_per_multiget"])
+out.append(f"\nRedis commands per memshift 100-key get (all shards, INFO commandstats): {fmt(cmds, 2)}\n")
+out.append("Memory per idle client connection (RSS with N idle connections minus RSS with none):\n")
+out.append("| system | idle connections | load running | RSS before KiB | RSS with them KiB | KiB per connection | errors |")
+out.append("|---|---:|---|---:|---:|---:|---:|")
+idle = {}
+for r in rows:
+    if r["scenario"] in ("idle", "idle-load"):
+        rep = r["report"]
+        per = (r["rss_during_kb"] - r["rss_before_kb"]) / r["idle"]
+        errs = rep["errors"]["total"] + rep["idle"]["open_errors"] + rep["idle"]["errors_at_end"]
+        idle[(r["system"], r["scenario"])] = (per, errs, r["idle"], rep)
+        out.append(f"| {names[r['system']]} | {r['idle']:,} | {'yes, %s ops/s' % fmt(rep['ops_per_sec']) if r['scenario'] == 'idle-load' else 'no'} "
+                   f"| {r['rss_before_kb']:,} | {r['rss_during_kb']:,} | {per:.2f} | {errs} |")
+out.append("")
+
+def goal(text, ok, detail):
+    out.append(f"- {'MET' if ok else 'MISSED'}: {text} — {detail}")
+
+out.append("Goals:\n")
+tw, mc = get("twemproxy", "np"), get("memcached", "np")
+if ms_np and tw:
+    goal("no pipelining, memshift >= 1.3x twemproxy", ms_np / tw >= 1.3, f"{ms_np / tw:.2f}x")
+if ms_np and mc:
+    goal("no pipelining, memshift >= 0.8x memcached direct", ms_np / mc >= 0.8, f"{ms_np / mc:.2f}x")
+twp = get("twemproxy", "p16")
+if ms_p and twp:
+    goal("pipeline 16, memshift >= 1.5x twemproxy", ms_p / twp >= 1.5, f"{ms_p / twp:.2f}x")
+m99, r99 = get("memshift", "rate50", p99), get("redis", "rate50", p99)
+if m99 is not None and r99 is not None:
+    goal("p99 added over direct Redis at 50% load <= 100 us", m99 - r99 <= 100,
+         f"memshift p99 {m99:.1f} us, Redis direct p99 {r99:.1f} us: +{m99 - r99:.1f} us")
+big = idle.get(("memshift", "idle-load")) or idle.get(("memshift", "idle"))
+if big:
+    per, errs, n, _ = big
+    goal("idle connections <= 4 KiB RSS each, no errors (goal: 50,000 with a load running)",
+         per <= 4 and errs == 0 and n >= 50000,
+         f"{per:.2f} KiB per connection with {n:,} idle, {errs} errors"
+         + ("" if n >= 50000 else f" (only {n:,}: the fd limit allows no more)"))
+mm, rm = get("memshift", "mget100", lambda r: r["latency_us"]["p50"]), get("redis", "mget100", lambda r: r["latency_us"]["p50"])
+if mm and rm and cmds is not None:
+    goal("100-key multi-get <= 3 Redis round trips and <= 1.5x a single-shard MGET", cmds <= 3 and mm / rm <= 1.5,
+         f"{cmds:.2f} commands per get; p50 {mm:.1f} us vs {rm:.1f} us = {mm / rm:.2f}x")
+print("\n".join(out))
+PY
+cat "$OUT/summary.md"
+log "results in $OUT"
