@@ -23,6 +23,10 @@ use crate::redis::translate::{self, Expiry};
 use crate::redis::{BackendRequest, Reply};
 use crate::stats::bump;
 
+/// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
+const CMD_BUF_CHUNK: usize = 16 * 1024;
+const CMD_BUF_LOW: usize = 1024;
+
 impl Session {
     /// Send the command in `cmd_buf` to Redis shard `shard`.
     fn send_redis(&mut self, backends: &Backends, shard: usize, seq: u64, part: u32) {
@@ -52,6 +56,11 @@ impl Session {
         let stats = &proxy.stats;
         let seq = self.next_seq();
         let deadline = now + backends.request_timeout;
+        // Commands are split off this buffer as they are sent; keeping spare
+        // room means one allocation per many requests, not one per request.
+        if self.cmd_buf.capacity() - self.cmd_buf.len() < CMD_BUF_LOW {
+            self.cmd_buf.reserve(CMD_BUF_CHUNK);
+        }
         match request {
             Request::Retrieval {
                 command,
@@ -367,7 +376,7 @@ impl Session {
             }
             retrieval.compare =
                 !phase_is_redis && route.shadow.is_some() && !touch && migration.compare.sample();
-            return (Op::Retrieval(Box::new(retrieval)), 1);
+            return (Op::Retrieval(retrieval), 1);
         }
 
         // Several keys: decide each key's backend and group.
@@ -461,7 +470,7 @@ impl Session {
         if any_backfill {
             retrieval.backfill = Some(Backfill::default());
         }
-        (Op::Retrieval(Box::new(retrieval)), parts)
+        (Op::Retrieval(retrieval), parts)
     }
 
     /// flush_all: every Redis shard, and the legacy pool when memcached is

@@ -37,7 +37,7 @@ pub(super) enum Op {
     Silent,
     /// Write everything before it, then close (quit, or a fatal parse error).
     Close,
-    Retrieval(Box<Retrieval>),
+    Retrieval(Retrieval),
     Write(Write),
     FlushAll {
         noreply: bool,

@@ -33,7 +33,7 @@ impl Session {
             Op::Ready(line) => self.wbuf.extend_from_slice(line),
             Op::ReadyBytes(bytes) => self.wbuf.extend_from_slice(&bytes),
             Op::Silent | Op::Close => {}
-            Op::Retrieval(retrieval) => self.render_retrieval(*retrieval, &pending.results),
+            Op::Retrieval(retrieval) => self.render_retrieval(retrieval, &pending.results),
             Op::Write(write) => self.render_write(write, &pending.results),
             Op::FlushAll { noreply } => {
                 let mut failed = None;
@@ -61,10 +61,10 @@ impl Session {
         let migration = proxy.migration.load();
         let parts = results.len();
         // Where the next VALUE of each memcached part starts.
-        let mut cursors = vec![0usize; parts];
+        // Allocated only when a memcached reply is read.
+        let mut cursors: Vec<usize> = Vec::new();
         let mut answered = 0usize;
         let mut first_error: Option<BackendError> = None;
-        let mut body = BytesMut::new();
         let mut compared: Option<Compared> = None;
         for (i, key) in r.keys.iter().enumerate() {
             let Some(slot) = r.plan.slot(i) else {
@@ -77,6 +77,9 @@ impl Session {
                     data: item.data,
                 }),
                 Some(Ok(Reply::Memcached(raw))) => {
+                    if cursors.len() < parts {
+                        cursors.resize(parts, 0);
+                    }
                     next_value(raw, &mut cursors[slot.part as usize], key)
                 }
                 Some(Err(e)) => {
@@ -133,7 +136,9 @@ impl Session {
                 Some(item) => {
                     bump(&stats.get_hits);
                     reply::value(
-                        &mut body,
+                        // Straight to the output: a request with any value
+                        // has an answered backend, so it ends with END.
+                        &mut self.wbuf,
                         key,
                         item.flags,
                         &item.data,
@@ -148,10 +153,7 @@ impl Session {
             // a failed backend in a multi-get are left out (like misses) so
             // the others are still served.
             Some(e) if answered == 0 => self.wbuf.extend_from_slice(e.reply_line()),
-            _ => {
-                self.wbuf.extend_from_slice(&body);
-                self.wbuf.extend_from_slice(reply::END);
-            }
+            _ => self.wbuf.extend_from_slice(reply::END),
         }
         if let Some((key, side, primary)) = compared {
             crate::compare::spawn(proxy.clone(), key, side, primary);
