@@ -242,6 +242,8 @@ ticks() {
 CLK_TCK=$(getconf CLK_TCK)
 # Busy ticks of one CPU (user nice system irq softirq steal), from /proc/stat.
 cpu_busy() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Steal ticks of every CPU: time the hypervisor ran something else instead.
+steal() { awk '/^cpu / {print $9}' /proc/stat; }
 
 # run SYSTEM SCENARIO ROUND memshift-load-args...: one JSON line into results,
 # with the CPU the system's server processes used (in cores) during the run.
@@ -252,20 +254,22 @@ run() {
     eval "local pids=\$SUT_PIDS_$sys"
     # shellcheck disable=SC2154,SC2086
     t0=$(ticks $pids); s0=$(date +%s.%N)
-    local b0 b1
-    b0=$(cpu_busy "$SUT_CPU")
+    local b0 b1 st0 st1
+    b0=$(cpu_busy "$SUT_CPU"); st0=$(steal)
     out=$("${LOADGEN[@]}" "$LOAD" --addr "${ADDR[$sys]}" --protocol "${PROTO[$sys]}" --json "$@" 2>>"$OUT/load.err") \
         || die "memshift-load failed for $sys/$scen (see $OUT/load.err)"
     # shellcheck disable=SC2086
     t1=$(ticks $pids); s1=$(date +%s.%N)
-    b1=$(cpu_busy "$SUT_CPU")
-    local sut_cpu other
+    b1=$(cpu_busy "$SUT_CPU"); st1=$(steal)
+    local sut_cpu other stolen
     sut_cpu=$(python3 -c "print(($t1 - $t0) / $CLK_TCK / ($s1 - $s0))")
     # The server core's busy time not charged to the system's processes:
     # other processes (noise) plus interrupt work. Meaningful when pinned.
     other=$(python3 -c "print(max(0.0, ($b1 - $b0 - $t1 + $t0) / $CLK_TCK / ($s1 - $s0)))")
-    printf '{"system":"%s","scenario":"%s","round":%s,"sut_cpu":%s,"other_cpu":%s,"load":"%s","report":%s}\n' \
-        "$sys" "$scen" "$round" "$sut_cpu" "$other" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
+    # Share of the machine's CPU time the hypervisor took (all CPUs).
+    stolen=$(python3 -c "print(($st1 - $st0) / $CLK_TCK / ($s1 - $s0) / $(nproc))")
+    printf '{"system":"%s","scenario":"%s","round":%s,"sut_cpu":%s,"other_cpu":%s,"steal":%s,"load":"%s","report":%s}\n' \
+        "$sys" "$scen" "$round" "$sut_cpu" "$other" "$stolen" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
     printf '%s' "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin); l = r["latency_us"]
@@ -273,9 +277,9 @@ if r["warmup"]:
     w = r["warmup"]
     print("    %-10s %d keys set in %.2f s, %d errors" % (sys.argv[1], w["sets"], w["secs"], w["errors"]), file=sys.stderr)
 else:
-    print("    %-10s %-9s %10.0f ops/s  p50 %7.1f us  p99 %8.1f us  errors %d  cpu: server %.2f, load generator %.2f, other on the server core %.2f" % (
+    print("    %-10s %-9s %10.0f ops/s  p50 %7.1f us  p99 %8.1f us  errors %d  cpu: server %.2f, load generator %.2f, other on the server core %.2f, steal %.1f%%" % (
           sys.argv[1], sys.argv[2], r["ops_per_sec"], l["p50"], l["p99"], r["errors"]["total"],
-          float(sys.argv[3]), r["cpu_cores"], float(sys.argv[4])), file=sys.stderr)' "$sys" "$scen" "$sut_cpu" "$other"
+          float(sys.argv[3]), r["cpu_cores"], float(sys.argv[4]), 100 * float(sys.argv[5])), file=sys.stderr)' "$sys" "$scen" "$sut_cpu" "$other" "$stolen"
 }
 
 shape=(--conns "$CONNS" --ratio "$RATIO" --keys "$KEYS" --value-size "$VALUE" --duration "$DUR")
@@ -484,27 +488,32 @@ for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
 out.append("")
 out.append("CPU used during those runs, in cores (server side = every process of the system: "
            "memshift + its 3 shards, twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
-out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core |")
-out.append("|---|---:|---:|---:|---:|---:|---:|")
+out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core | steal % (np / p16) |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
 sut = lambda r: r["sut_cpu"]
 def cpu(system, scen, f):
     v = [f(r) for r in rows if r["system"] == system and r["scenario"] == scen and "sut_cpu" in r]
     return med(v) if v else None
 lg = lambda r: r["report"].get("cpu_cores")
+stl = lambda r: 100 * r.get("steal", 0.0)
 for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
     oth = lambda r: r.get("other_cpu")
     out.append(f"| {names[s]} | {fmt(cpu(s, 'np', sut), 2)} | {fmt(cpu(s, 'np', lg) if s != 'redis-benchmark' else None, 2)} "
                f"| {fmt(cpu(s, 'np', oth) if s != 'redis-benchmark' else None, 2)} "
                f"| {fmt(cpu(s, 'p16', sut), 2)} | {fmt(cpu(s, 'p16', lg) if s != 'redis-benchmark' else None, 2)} "
-               f"| {fmt(cpu(s, 'p16', oth) if s != 'redis-benchmark' else None, 2)} |")
+               f"| {fmt(cpu(s, 'p16', oth) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
 out.append("")
 out.append(f"Open loop at {rate:,} req/s (50% of memshift's max above), latency from the intended send time:\n")
-out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors |")
-out.append("|---|---:|---:|---:|---:|---:|---:|")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | steal % |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for s in ["memcached", "twemproxy", "memshift", "redis"]:
     q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
+    lag = lambda k: get(s, "rate50", lambda r: (r["report"].get("send_lag_us") or {}).get(k, 0.0))
+    stl = get(s, "rate50", lambda r: 100 * r.get("steal", 0.0))
     out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
-               f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} |")
+               f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
+               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(stl, 1)} |")
 out.append("")
 out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
 out.append("| system | gets/s | p50 us | p99 us |")
@@ -542,8 +551,11 @@ if ms_p and twp:
     goal("pipeline 16, memshift >= 1.5x twemproxy", ms_p / twp >= 1.5, f"{ms_p / twp:.2f}x")
 m99, r99 = get("memshift", "rate50", p99), get("redis", "rate50", p99)
 if m99 is not None and r99 is not None:
+    m90, r90 = get("memshift", "rate50", lambda r: r["latency_us"]["p90"]), get("redis", "rate50", lambda r: r["latency_us"]["p90"])
+    m50, r50 = get("memshift", "rate50", lambda r: r["latency_us"]["p50"]), get("redis", "rate50", lambda r: r["latency_us"]["p50"])
     goal("p99 added over direct Redis at 50% load <= 100 us", m99 - r99 <= 100,
-         f"memshift p99 {m99:.1f} us, Redis direct p99 {r99:.1f} us: +{m99 - r99:.1f} us")
+         f"memshift p99 {m99:.1f} us, Redis direct p99 {r99:.1f} us: {m99 - r99:+.1f} us "
+         f"(p90 {m90 - r90:+.1f} us, p50 {m50 - r50:+.1f} us)")
 big = idle.get(("memshift", "idle-load")) or idle.get(("memshift", "idle"))
 if big:
     per, errs, n, _ = big

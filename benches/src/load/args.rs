@@ -28,8 +28,8 @@ Load shape
   --rate R               open loop: R requests/s in total, spread evenly over
                          the connections; latency is measured from each
                          request's intended send time (no coordinated
-                         omission). Pacing spins between sends, so this mode
-                         keeps one load-generator core busy.
+                         omission). Sends are paced by a timerfd per
+                         connection (microsecond wake-ups, no spinning).
 Bounds (the run always stops by itself)
   --duration SECS        measured run length [10 unless --requests is given]
   --requests N           stop after N requests (with --duration: first wins)

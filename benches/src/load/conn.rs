@@ -14,14 +14,11 @@ use tokio::io::Interest;
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::keys::KeyGen;
+use super::pacer::Pacer;
 use super::proto::{Encoder, Kind, Parsed};
 use super::stats::Stats;
 use super::Args;
 
-/// Below this distance to the next scheduled send, the open-loop writer spins
-/// (yields) instead of sleeping: tokio's timer has 1 ms granularity, which
-/// would add up to 1 ms of fake latency to every request.
-const SPIN: Duration = Duration::from_micros(1500);
 /// Keys set per batch while prefilling.
 const PREFILL_BATCH: u64 = 64;
 
@@ -104,9 +101,20 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64) -> Stats {
             _ => None,
         },
         issuing: true,
+        pacer: None,
         shared: shared.clone(),
         mode,
     };
+    if let Mode::Open { .. } = mode {
+        match Pacer::new() {
+            Ok(p) => c.pacer = Some(p),
+            Err(e) => {
+                c.stats.errors.unexpected += 1;
+                c.stats.note(format!("timerfd: {e}"));
+                return c.stats;
+            }
+        }
+    }
     loop {
         let stream = match connect(a.addr, None, a.timeout).await {
             Ok(s) => s,
@@ -224,6 +232,8 @@ struct Conn {
     budget: Option<u64>,
     /// False once this connection has nothing more to send.
     issuing: bool,
+    /// Open loop: wakes the connection at each send time.
+    pacer: Option<Pacer>,
 }
 
 impl Conn {
@@ -279,22 +289,27 @@ impl Conn {
                 continue;
             }
             // Nothing to do right now: wait for the socket or the clock.
-            let mut wake = self.pend.front().map(|p| p.sent + timeout);
-            if let (Mode::Open { .. }, true) = (self.mode, self.issuing) {
-                if self.next.saturating_duration_since(now) < SPIN {
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                let t = self.next - SPIN;
-                wake = Some(wake.map_or(t, |w| w.min(t)));
-            }
-            let wake = wake.unwrap_or(now + timeout);
+            let wake = self
+                .pend
+                .front()
+                .map_or(now + timeout, |p| p.sent + timeout);
+            let pacing = self.issuing && self.pacer.is_some();
+            let next = self.next;
+            let pacer = &self.pacer;
             tokio::select! {
                 r = s.readable(), if !self.pend.is_empty() => {
                     r.map_err(|e| Failure::Io(format!("poll: {e}")))?;
                 }
                 r = s.writable(), if self.wpos < self.wbuf.len() => {
                     r.map_err(|e| Failure::Io(format!("poll: {e}")))?;
+                }
+                r = async {
+                    match pacer {
+                        Some(p) => p.wait_until(next).await,
+                        None => std::future::pending().await,
+                    }
+                }, if pacing => {
+                    r.map_err(|e| Failure::Io(format!("timerfd: {e}")))?;
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
@@ -326,6 +341,8 @@ impl Conn {
                         break;
                     }
                     let t = self.next;
+                    let lag = now.saturating_duration_since(t).as_nanos() as u64;
+                    self.stats.lag.saturating_record(lag.max(1));
                     self.push_op(t, now);
                     self.next += interval;
                     if let Some(b) = &mut self.budget {

@@ -7,6 +7,7 @@
 pub mod args;
 pub mod conn;
 pub mod keys;
+pub mod pacer;
 pub mod proto;
 pub mod stats;
 
@@ -371,6 +372,12 @@ impl Report {
                 "max": r.max_us(),
                 "mean": r.mean_us(),
             },
+            // Open loop: how late requests left versus their schedule.
+            "send_lag_us": (self.mode == "open").then(|| json!({
+                "p50": r.lag_us(0.5),
+                "p99": r.lag_us(0.99),
+                "max": r.lag.max() as f64 / 1000.0,
+            })),
             "warmup": self.warmup.as_ref().map(|(d, s)| json!({
                 "secs": d.as_secs_f64(),
                 "sets": s.sets,
@@ -457,6 +464,14 @@ impl Report {
             .collect();
         for s in samples {
             out += &format!("          {s}\n");
+        }
+        if self.mode == "open" {
+            out += &format!(
+                "send lag: p50 {:.1} us, p99 {:.1} us, max {:.1} us (requests leaving late versus their schedule)\n",
+                r.lag_us(0.5),
+                r.lag_us(0.99),
+                r.lag.max() as f64 / 1000.0
+            );
         }
         out += &format!(
             "latency:  p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us, mean {:.1} us\n",

@@ -55,6 +55,9 @@ pub struct Stats {
     pub reconnects: u64,
     /// Latency of the `ok` requests, in nanoseconds.
     pub hist: Histogram<u64>,
+    /// Open loop: how late each request left versus its intended time (ns);
+    /// the load generator's own accuracy.
+    pub lag: Histogram<u64>,
     /// First few distinct error descriptions, for the report.
     pub samples: Vec<String>,
 }
@@ -71,6 +74,8 @@ impl Default for Stats {
             reconnects: 0,
             // 1 ns .. 60 s, 3 significant digits: fixed bounds, so `add` never fails.
             hist: Histogram::new_with_bounds(1, MAX_NS, 3)
+                .unwrap_or_else(|e| panic!("histogram bounds: {e}")),
+            lag: Histogram::new_with_bounds(1, MAX_NS, 3)
                 .unwrap_or_else(|e| panic!("histogram bounds: {e}")),
             samples: Vec::new(),
         }
@@ -124,6 +129,7 @@ impl Stats {
         self.reconnects += o.reconnects;
         // Same bounds on both sides: cannot fail.
         let _ = self.hist.add(&o.hist);
+        let _ = self.lag.add(&o.lag);
         for s in &o.samples {
             self.note(s.clone());
         }
@@ -135,6 +141,13 @@ impl Stats {
             return 0.0;
         }
         self.hist.value_at_quantile(q) as f64 / 1000.0
+    }
+
+    pub fn lag_us(&self, q: f64) -> f64 {
+        if self.lag.is_empty() {
+            return 0.0;
+        }
+        self.lag.value_at_quantile(q) as f64 / 1000.0
     }
 
     pub fn max_us(&self) -> f64 {
