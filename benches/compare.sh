@@ -43,8 +43,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 QUICK=0
 PROFILE=0
+SUMMARY_OF=
 for arg in "$@"; do
+    if [ "$SUMMARY_OF" = next ]; then SUMMARY_OF=$arg; continue; fi
     case $arg in
+        --summary) SUMMARY_OF=next ;;
         --quick) QUICK=1 ;;
         --profile) PROFILE=1 ;;
         -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -67,6 +70,141 @@ SUT_CPU=${SUT_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 PIN=${PIN:-1}
 [ "$(nproc)" -ge 2 ] || PIN=0
+
+# summarize DIR ARGS: the tables and the goals, from DIR/results.jsonl.
+summarize() {
+    python3 - "$1/results.jsonl" "$1/machine.txt" "$2" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+machine, argv = open(sys.argv[2]).read(), sys.argv[3]
+rate = int(next((r["report"]["rate"] for r in rows if r["scenario"] == "rate50"), 0) or 0)
+fdlimit = next((l.split(":", 1)[1].strip() for l in machine.splitlines() if l.startswith("fd limit:")), "?")
+med = statistics.median
+
+def get(system, scen, f=lambda r: r["ops_per_sec"]):
+    v = [f(r["report"]) for r in rows if r["system"] == system and r["scenario"] == scen]
+    return med(v) if v else None
+
+def fmt(v, d=0):
+    return "-" if v is None else f"{v:,.{d}f}"
+
+def ratio(ms, x):
+    return "-" if (ms is None or not x) else f"{ms / x:.2f}x"
+
+names = {
+    "memcached": "memcached direct",
+    "twemproxy": "twemproxy -> memcached",
+    "memshift": "memshift -> 3 Redis shards",
+    "redis": "Redis direct (memshift-load, RESP)",
+    "redis-benchmark": "Redis direct (redis-benchmark)",
+}
+p99 = lambda r: r["latency_us"]["p99"]
+out = []
+out.append(f"memshift comparison (`benches/compare.sh{(' ' + argv) if argv else ''}`)\n")
+out.append("```\n" + machine.strip() + "\n```\n")
+out.append("Throughput, 90% get / 10% set, 100 B values, 100,000 uniform keys, 50 connections "
+           "(median of the rounds; `memshift / x` = memshift's throughput divided by the row's):\n")
+out.append("| system | ops/s, no pipelining | memshift / x | p99 us | ops/s, pipeline 16 | memshift / x | p99 us |")
+out.append("|---|---:|---:|---:|---:|---:|---:|")
+ms_np, ms_p = get("memshift", "np"), get("memshift", "p16")
+for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
+    np_, p16 = get(s, "np"), get(s, "p16")
+    lat = s != "redis-benchmark"
+    out.append(f"| {names[s]} | {fmt(np_)} | {ratio(ms_np, np_)} | {fmt(get(s, 'np', p99) if lat else None, 1)} "
+               f"| {fmt(p16)} | {ratio(ms_p, p16)} | {fmt(get(s, 'p16', p99) if lat else None, 1)} |")
+out.append("")
+out.append("CPU used during those runs, in cores (server side = every process of the system: "
+           "memshift + its 3 shards, twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
+out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core | steal % (np / p16) |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+sut = lambda r: r["sut_cpu"]
+def cpu(system, scen, f):
+    v = [f(r) for r in rows if r["system"] == system and r["scenario"] == scen and "sut_cpu" in r]
+    return med(v) if v else None
+lg = lambda r: r["report"].get("cpu_cores")
+stl = lambda r: 100 * r.get("steal", 0.0)
+for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
+    oth = lambda r: r.get("other_cpu")
+    out.append(f"| {names[s]} | {fmt(cpu(s, 'np', sut), 2)} | {fmt(cpu(s, 'np', lg) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'np', oth) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'p16', sut), 2)} | {fmt(cpu(s, 'p16', lg) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'p16', oth) if s != 'redis-benchmark' else None, 2)} "
+               f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
+out.append("")
+out.append(f"Open loop at {rate:,} req/s (50% of memshift's max above), latency from the intended send time:\n")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | steal % |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for s in ["memcached", "twemproxy", "memshift", "redis"]:
+    q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
+    lag = lambda k: get(s, "rate50", lambda r: (r.get("send_lag_us") or {}).get(k, 0.0))
+    stl = cpu(s, "rate50", lambda r: 100 * r.get("steal", 0.0))
+    out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
+               f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
+               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(stl, 1)} |")
+out.append("")
+out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
+out.append("| system | gets/s | p50 us | p99 us |")
+out.append("|---|---:|---:|---:|")
+for s in ["memcached", "twemproxy", "memshift", "redis"]:
+    out.append(f"| {names[s]}{' (MGET)' if s == 'redis' else ''} | {fmt(get(s, 'mget100'))} "
+               f"| {fmt(get(s, 'mget100', lambda r: r['latency_us']['p50']), 1)} | {fmt(get(s, 'mget100', p99), 1)} |")
+cmds = get("memshift", "mget100-commands", lambda r: r["commands_per_multiget"])
+out.append(f"\nRedis commands per memshift 100-key get (all shards, INFO commandstats): {fmt(cmds, 2)}\n")
+out.append("Memory per idle client connection (RSS with N idle connections minus RSS with none):\n")
+out.append("| system | idle connections | load running | RSS before KiB | RSS with them KiB | KiB per connection | errors |")
+out.append("|---|---:|---|---:|---:|---:|---:|")
+idle = {}
+for r in rows:
+    if r["scenario"] in ("idle", "idle-load"):
+        rep = r["report"]
+        per = (r["rss_during_kb"] - r["rss_before_kb"]) / r["idle"]
+        errs = rep["errors"]["total"] + rep["idle"]["open_errors"] + rep["idle"]["errors_at_end"]
+        idle[(r["system"], r["scenario"])] = (per, errs, r["idle"], rep)
+        out.append(f"| {names[r['system']]} | {r['idle']:,} | {'yes, %s ops/s' % fmt(rep['ops_per_sec']) if r['scenario'] == 'idle-load' else 'no'} "
+                   f"| {r['rss_before_kb']:,} | {r['rss_during_kb']:,} | {per:.2f} | {errs} |")
+out.append("")
+
+def goal(text, ok, detail):
+    out.append(f"- {'MET' if ok else 'MISSED'}: {text} — {detail}")
+
+out.append("Goals:\n")
+tw, mc = get("twemproxy", "np"), get("memcached", "np")
+if ms_np and tw:
+    goal("no pipelining, memshift >= 1.3x twemproxy", ms_np / tw >= 1.3, f"{ms_np / tw:.2f}x")
+if ms_np and mc:
+    goal("no pipelining, memshift >= 0.8x memcached direct", ms_np / mc >= 0.8, f"{ms_np / mc:.2f}x")
+twp = get("twemproxy", "p16")
+if ms_p and twp:
+    goal("pipeline 16, memshift >= 1.5x twemproxy", ms_p / twp >= 1.5, f"{ms_p / twp:.2f}x")
+m99, r99 = get("memshift", "rate50", p99), get("redis", "rate50", p99)
+if m99 is not None and r99 is not None:
+    m90, r90 = get("memshift", "rate50", lambda r: r["latency_us"]["p90"]), get("redis", "rate50", lambda r: r["latency_us"]["p90"])
+    m50, r50 = get("memshift", "rate50", lambda r: r["latency_us"]["p50"]), get("redis", "rate50", lambda r: r["latency_us"]["p50"])
+    goal("p99 added over direct Redis at 50% load <= 100 us", m99 - r99 <= 100,
+         f"memshift p99 {m99:.1f} us, Redis direct p99 {r99:.1f} us: {m99 - r99:+.1f} us "
+         f"(p90 {m90 - r90:+.1f} us, p50 {m50 - r50:+.1f} us)")
+big = idle.get(("memshift", "idle-load")) or idle.get(("memshift", "idle"))
+if big:
+    per, errs, n, _ = big
+    goal("idle connections <= 4 KiB RSS each, no errors (goal: 50,000 with a load running)",
+         per <= 4 and errs == 0 and n >= 50000,
+         f"{per:.2f} KiB per connection with {n:,} idle, {errs} errors"
+         + ("" if n >= 50000 else f" (only {n:,} measured; 50,000 needs an open-files limit above 50,100 "
+                                  f"for memshift and the load generator, this machine's is {fdlimit})"))
+mm, rm = get("memshift", "mget100", lambda r: r["latency_us"]["p50"]), get("redis", "mget100", lambda r: r["latency_us"]["p50"])
+if mm and rm and cmds is not None:
+    goal("100-key multi-get <= 3 Redis round trips and <= 1.5x a single-shard MGET", cmds <= 3 and mm / rm <= 1.5,
+         f"{cmds:.2f} commands per get; p50 {mm:.1f} us vs {rm:.1f} us = {mm / rm:.2f}x")
+print("\n".join(out))
+PY
+}
+
+# --summary DIR: print the summary of an earlier run again.
+if [ -n "$SUMMARY_OF" ]; then
+    [ -f "$SUMMARY_OF/results.jsonl" ] || die "--summary: no $SUMMARY_OF/results.jsonl"
+    summarize "$SUMMARY_OF" "(re-rendered)"
+    exit 0
+fi
 
 # --- tools --------------------------------------------------------------------
 pkgs=()
@@ -448,126 +586,6 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
 echo "measurement time: ${SECONDS}s (build excluded)" >>"$OUT/machine.txt"
 
 # --- summary ----------------------------------------------------------------------------
-python3 - "$RESULTS" "$OUT/machine.txt" "$RATE" "$*" >"$OUT/summary.md" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-machine, rate, argv = open(sys.argv[2]).read(), int(sys.argv[3]), sys.argv[4]
-med = statistics.median
-
-def get(system, scen, f=lambda r: r["ops_per_sec"]):
-    v = [f(r["report"]) for r in rows if r["system"] == system and r["scenario"] == scen]
-    return med(v) if v else None
-
-def fmt(v, d=0):
-    return "-" if v is None else f"{v:,.{d}f}"
-
-def ratio(ms, x):
-    return "-" if (ms is None or not x) else f"{ms / x:.2f}x"
-
-names = {
-    "memcached": "memcached direct",
-    "twemproxy": "twemproxy -> memcached",
-    "memshift": "memshift -> 3 Redis shards",
-    "redis": "Redis direct (memshift-load, RESP)",
-    "redis-benchmark": "Redis direct (redis-benchmark)",
-}
-p99 = lambda r: r["latency_us"]["p99"]
-out = []
-out.append(f"memshift comparison (`benches/compare.sh{(' ' + argv) if argv else ''}`)\n")
-out.append("```\n" + machine.strip() + "\n```\n")
-out.append("Throughput, 90% get / 10% set, 100 B values, 100,000 uniform keys, 50 connections "
-           "(median of the rounds; `memshift / x` = memshift's throughput divided by the row's):\n")
-out.append("| system | ops/s, no pipelining | memshift / x | p99 us | ops/s, pipeline 16 | memshift / x | p99 us |")
-out.append("|---|---:|---:|---:|---:|---:|---:|")
-ms_np, ms_p = get("memshift", "np"), get("memshift", "p16")
-for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
-    np_, p16 = get(s, "np"), get(s, "p16")
-    lat = s != "redis-benchmark"
-    out.append(f"| {names[s]} | {fmt(np_)} | {ratio(ms_np, np_)} | {fmt(get(s, 'np', p99) if lat else None, 1)} "
-               f"| {fmt(p16)} | {ratio(ms_p, p16)} | {fmt(get(s, 'p16', p99) if lat else None, 1)} |")
-out.append("")
-out.append("CPU used during those runs, in cores (server side = every process of the system: "
-           "memshift + its 3 shards, twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
-out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core | steal % (np / p16) |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-sut = lambda r: r["sut_cpu"]
-def cpu(system, scen, f):
-    v = [f(r) for r in rows if r["system"] == system and r["scenario"] == scen and "sut_cpu" in r]
-    return med(v) if v else None
-lg = lambda r: r["report"].get("cpu_cores")
-stl = lambda r: 100 * r.get("steal", 0.0)
-for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
-    oth = lambda r: r.get("other_cpu")
-    out.append(f"| {names[s]} | {fmt(cpu(s, 'np', sut), 2)} | {fmt(cpu(s, 'np', lg) if s != 'redis-benchmark' else None, 2)} "
-               f"| {fmt(cpu(s, 'np', oth) if s != 'redis-benchmark' else None, 2)} "
-               f"| {fmt(cpu(s, 'p16', sut), 2)} | {fmt(cpu(s, 'p16', lg) if s != 'redis-benchmark' else None, 2)} "
-               f"| {fmt(cpu(s, 'p16', oth) if s != 'redis-benchmark' else None, 2)} "
-               f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
-out.append("")
-out.append(f"Open loop at {rate:,} req/s (50% of memshift's max above), latency from the intended send time:\n")
-out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | steal % |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-for s in ["memcached", "twemproxy", "memshift", "redis"]:
-    q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
-    lag = lambda k: get(s, "rate50", lambda r: (r["report"].get("send_lag_us") or {}).get(k, 0.0))
-    stl = get(s, "rate50", lambda r: 100 * r.get("steal", 0.0))
-    out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
-               f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
-               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(stl, 1)} |")
-out.append("")
-out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
-out.append("| system | gets/s | p50 us | p99 us |")
-out.append("|---|---:|---:|---:|")
-for s in ["memcached", "twemproxy", "memshift", "redis"]:
-    out.append(f"| {names[s]}{' (MGET)' if s == 'redis' else ''} | {fmt(get(s, 'mget100'))} "
-               f"| {fmt(get(s, 'mget100', lambda r: r['latency_us']['p50']), 1)} | {fmt(get(s, 'mget100', p99), 1)} |")
-cmds = get("memshift", "mget100-commands", lambda r: r["commands_per_multiget"])
-out.append(f"\nRedis commands per memshift 100-key get (all shards, INFO commandstats): {fmt(cmds, 2)}\n")
-out.append("Memory per idle client connection (RSS with N idle connections minus RSS with none):\n")
-out.append("| system | idle connections | load running | RSS before KiB | RSS with them KiB | KiB per connection | errors |")
-out.append("|---|---:|---|---:|---:|---:|---:|")
-idle = {}
-for r in rows:
-    if r["scenario"] in ("idle", "idle-load"):
-        rep = r["report"]
-        per = (r["rss_during_kb"] - r["rss_before_kb"]) / r["idle"]
-        errs = rep["errors"]["total"] + rep["idle"]["open_errors"] + rep["idle"]["errors_at_end"]
-        idle[(r["system"], r["scenario"])] = (per, errs, r["idle"], rep)
-        out.append(f"| {names[r['system']]} | {r['idle']:,} | {'yes, %s ops/s' % fmt(rep['ops_per_sec']) if r['scenario'] == 'idle-load' else 'no'} "
-                   f"| {r['rss_before_kb']:,} | {r['rss_during_kb']:,} | {per:.2f} | {errs} |")
-out.append("")
-
-def goal(text, ok, detail):
-    out.append(f"- {'MET' if ok else 'MISSED'}: {text} — {detail}")
-
-out.append("Goals:\n")
-tw, mc = get("twemproxy", "np"), get("memcached", "np")
-if ms_np and tw:
-    goal("no pipelining, memshift >= 1.3x twemproxy", ms_np / tw >= 1.3, f"{ms_np / tw:.2f}x")
-if ms_np and mc:
-    goal("no pipelining, memshift >= 0.8x memcached direct", ms_np / mc >= 0.8, f"{ms_np / mc:.2f}x")
-twp = get("twemproxy", "p16")
-if ms_p and twp:
-    goal("pipeline 16, memshift >= 1.5x twemproxy", ms_p / twp >= 1.5, f"{ms_p / twp:.2f}x")
-m99, r99 = get("memshift", "rate50", p99), get("redis", "rate50", p99)
-if m99 is not None and r99 is not None:
-    m90, r90 = get("memshift", "rate50", lambda r: r["latency_us"]["p90"]), get("redis", "rate50", lambda r: r["latency_us"]["p90"])
-    m50, r50 = get("memshift", "rate50", lambda r: r["latency_us"]["p50"]), get("redis", "rate50", lambda r: r["latency_us"]["p50"])
-    goal("p99 added over direct Redis at 50% load <= 100 us", m99 - r99 <= 100,
-         f"memshift p99 {m99:.1f} us, Redis direct p99 {r99:.1f} us: {m99 - r99:+.1f} us "
-         f"(p90 {m90 - r90:+.1f} us, p50 {m50 - r50:+.1f} us)")
-big = idle.get(("memshift", "idle-load")) or idle.get(("memshift", "idle"))
-if big:
-    per, errs, n, _ = big
-    goal("idle connections <= 4 KiB RSS each, no errors (goal: 50,000 with a load running)",
-         per <= 4 and errs == 0 and n >= 50000,
-         f"{per:.2f} KiB per connection with {n:,} idle, {errs} errors"
-         + ("" if n >= 50000 else f" (only {n:,}: the fd limit allows no more)"))
-mm, rm = get("memshift", "mget100", lambda r: r["latency_us"]["p50"]), get("redis", "mget100", lambda r: r["latency_us"]["p50"])
-if mm and rm and cmds is not None:
-    goal("100-key multi-get <= 3 Redis round trips and <= 1.5x a single-shard MGET", cmds <= 3 and mm / rm <= 1.5,
-         f"{cmds:.2f} commands per get; p50 {mm:.1f} us vs {rm:.1f} us = {mm / rm:.2f}x")
-print("\n".join(out))
-PY
+summarize "$OUT" "$*" >"$OUT/summary.md"
 cat "$OUT/summary.md"
 log "results in $OUT"
