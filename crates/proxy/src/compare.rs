@@ -12,7 +12,8 @@ use crate::legacy::ReplyShape;
 use crate::metrics::CompareResult as MetricResult;
 use crate::migration::Side;
 use crate::proxy::Proxy;
-use crate::redis::{encoding, translate, BackendRequest, Reply, ReplyTo};
+use crate::redis::{encoding, translate, Reply, ReplyTo};
+use memshift_protocol::resp::Frame;
 
 /// Compare `primary` (what `primary_side` answered for `key`) with the
 /// other backend, in the background.
@@ -37,30 +38,29 @@ pub fn spawn(proxy: Arc<Proxy>, key: Bytes, primary_side: Side, primary: Option<
 
 /// One key from one backend: `Some(None)` is a miss, `None` a failure.
 async fn read(proxy: &Proxy, key: &[u8], side: Side) -> Option<Option<(u32, Bytes)>> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let reply = ReplyTo {
-        tx,
-        seq: 0,
-        part: 0,
-    };
     let mut buf = BytesMut::new();
+    let timeout = proxy.backends.load().request_timeout;
     match side {
         Side::Redis => {
             let backends = proxy.backends.load();
             translate::get(&mut buf, key);
-            let shard = backends.locate(key);
-            backends.shards[shard].send(
-                0,
-                BackendRequest {
-                    cmd: buf.freeze(),
-                    reply,
-                },
-            );
+            let answer = backends.call(backends.locate(key), buf.freeze());
+            match tokio::time::timeout(timeout, answer).await.ok()?.ok()? {
+                Frame::Bulk(v) => Some(encoding::decode(&v).map(|item| (item.flags, item.data))),
+                Frame::Null => Some(None),
+                _ => None,
+            }
         }
         Side::Memcached => {
             let migration = proxy.migration.load();
             let legacy = migration.legacy.as_ref()?;
             client::get(&mut buf, [key]).ok()?;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let reply = ReplyTo {
+                tx,
+                seq: 0,
+                part: 0,
+            };
             legacy.send(
                 legacy.locate(key),
                 0,
@@ -68,23 +68,17 @@ async fn read(proxy: &Proxy, key: &[u8], side: Side) -> Option<Option<(u32, Byte
                 ReplyShape::Values,
                 reply,
             );
-        }
-    }
-    let answer = tokio::time::timeout(proxy.backends.load().request_timeout, rx.recv())
-        .await
-        .ok()??;
-    match answer.result.ok()? {
-        Reply::Redis(memshift_protocol::resp::Frame::Bulk(v)) => {
-            Some(encoding::decode(&v).map(|item| (item.flags, item.data)))
-        }
-        Reply::Redis(memshift_protocol::resp::Frame::Null) => Some(None),
-        Reply::Redis(_) => None,
-        Reply::Memcached(raw) => match client::parse_reply(&raw) {
-            Ok(Some((Response::Value { flags, data, .. }, _))) => {
-                Some(Some((flags, raw.slice_ref(data))))
+            let answer = tokio::time::timeout(timeout, rx.recv()).await.ok()??;
+            let Reply::Memcached(raw) = answer.result.ok()? else {
+                return None;
+            };
+            match client::parse_reply(&raw) {
+                Ok(Some((Response::Value { flags, data, .. }, _))) => {
+                    Some(Some((flags, raw.slice_ref(data))))
+                }
+                Ok(Some((Response::End, _))) => Some(None),
+                _ => None,
             }
-            Ok(Some((Response::End, _))) => Some(None),
-            _ => None,
-        },
+        }
     }
 }

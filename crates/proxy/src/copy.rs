@@ -18,7 +18,7 @@ use memshift_protocol::memcache::StorageCommand;
 use memshift_protocol::resp::Frame;
 use memshift_shadow::pool::{DumpEntry, Route};
 use memshift_shadow::reply::ReplyShape;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::error::ProxyError;
@@ -27,7 +27,6 @@ use crate::metrics::Metrics;
 use crate::proxy::Backends;
 use crate::redis::encoding::{self, CasGenerator};
 use crate::redis::translate::{self, Expiry};
-use crate::redis::{BackendRequest, Reply, ReplyTo};
 
 /// Items copied at once.
 const CONCURRENCY: usize = 128;
@@ -294,25 +293,10 @@ async fn curr_items(legacy: &Legacy, server: usize) -> Option<u64> {
 }
 
 async fn redis_call(backends: &Backends, key: &[u8], cmd: Bytes) -> Result<Frame, String> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let shard = backends.locate(key);
-    backends.shards[shard].send(
-        0,
-        BackendRequest {
-            cmd,
-            reply: ReplyTo {
-                tx,
-                seq: 0,
-                part: 0,
-            },
-        },
-    );
-    match rx.recv().await.map(|r| r.result) {
-        Some(Ok(Reply::Redis(Frame::Error(e)))) => Err(String::from_utf8_lossy(&e).into_owned()),
-        Some(Ok(Reply::Redis(frame))) => Ok(frame),
-        Some(Ok(Reply::Memcached(_))) => Err("unexpected reply".into()),
-        Some(Err(e)) => Err(format!("{e:?}")),
-        None => Err("no reply".into()),
+    match backends.call(backends.locate(key), cmd).await {
+        Ok(Frame::Error(e)) => Err(String::from_utf8_lossy(&e).into_owned()),
+        Ok(frame) => Ok(frame),
+        Err(e) => Err(format!("{e:?}")),
     }
 }
 

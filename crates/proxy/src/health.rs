@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use memshift_protocol::resp::{encode_command, Frame};
-use tokio::sync::mpsc;
 
 use crate::proxy::Backends;
-use crate::redis::{BackendRequest, Reply, ReplyTo};
+use crate::redis::Reply;
 
 /// Runs until the `Backends` generation it watches is replaced and dropped.
 pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: u32) {
@@ -56,28 +55,12 @@ pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: 
 
 /// PING every shard at once; true where PONG came back in time.
 async fn ping_all(backends: &Arc<Backends>) -> Vec<bool> {
-    let n = backends.shards.len();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    for (i, shard) in backends.shards.iter().enumerate() {
-        let mut buf = BytesMut::with_capacity(14);
-        encode_command(&mut buf, &[b"PING"]);
-        let reply = ReplyTo {
-            tx: tx.clone(),
-            seq: 0,
-            part: i as u32,
-        };
-        shard.send(
-            0,
-            BackendRequest {
-                cmd: buf.freeze(),
-                reply,
-            },
-        );
-    }
-    drop(tx);
-    let mut ok = vec![false; n];
+    let mut buf = BytesMut::with_capacity(14);
+    encode_command(&mut buf, &[b"PING"]);
+    let mut replies = backends.broadcast(buf.freeze());
+    let mut ok = vec![false; backends.shards.len()];
     let collect = async {
-        while let Some(reply) = rx.recv().await {
+        while let Some(reply) = replies.recv().await {
             if let (Some(slot), Ok(Reply::Redis(Frame::Simple(s)))) =
                 (ok.get_mut(reply.part as usize), &reply.result)
             {

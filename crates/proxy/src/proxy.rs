@@ -16,8 +16,10 @@ use crate::metrics::{Backend, Metrics};
 use crate::migration::Migration;
 use crate::redis::connection::ConnectionSettings;
 use crate::redis::shard::Shard;
-use crate::redis::{translate, BackendRequest, ReplyTo};
+use crate::redis::{translate, BackendError, BackendReply, BackendRequest, Reply, ReplyTo};
 use crate::stats::{ServerFacts, Stats, VERSION};
+use bytes::Bytes;
+use memshift_protocol::resp::Frame;
 
 /// Where keys go: the ring and the shard behind each of its slots. Swapped
 /// whole on reload; a session holds the old one until its requests are
@@ -109,6 +111,53 @@ impl Backends {
             backends.health_changed();
         }
         Ok(backends)
+    }
+
+    /// Send `cmd` to `shard` outside any session (on its first connection)
+    /// and return its reply. The command is queued before this returns, so
+    /// callers that need an order get it even if they await later.
+    pub fn call(
+        &self,
+        shard: usize,
+        cmd: Bytes,
+    ) -> impl std::future::Future<Output = Result<Frame, BackendError>> + Send + 'static {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let reply = ReplyTo {
+            tx,
+            seq: 0,
+            part: 0,
+        };
+        match self.shards.get(shard) {
+            Some(s) => s.send(0, BackendRequest { cmd, reply }),
+            None => reply.send(Err(BackendError::Unavailable)),
+        }
+        async move {
+            match rx.recv().await.map(|r| r.result) {
+                Some(Ok(Reply::Redis(frame))) => Ok(frame),
+                Some(Ok(Reply::Memcached(_))) | None => Err(BackendError::ConnectionLost),
+                Some(Err(e)) => Err(e),
+            }
+        }
+    }
+
+    /// Send `cmd` to every shard; shard i's reply comes with `part` i.
+    pub fn broadcast(&self, cmd: Bytes) -> mpsc::UnboundedReceiver<BackendReply> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let reply = ReplyTo {
+                tx: tx.clone(),
+                seq: 0,
+                part: i as u32,
+            };
+            shard.send(
+                0,
+                BackendRequest {
+                    cmd: cmd.clone(),
+                    reply,
+                },
+            );
+        }
+        rx
     }
 
     /// The shard that serves `key` now.
@@ -219,26 +268,10 @@ impl Proxy {
     /// `flush_all <delay>` once the delay has passed: FLUSHDB on every shard,
     /// outside any session.
     pub async fn flush_all_detached(self: Arc<Self>) {
-        let backends = self.backends.load_full();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        for (i, shard) in backends.shards.iter().enumerate() {
-            let mut buf = BytesMut::new();
-            translate::flush(&mut buf);
-            let reply = ReplyTo {
-                tx: tx.clone(),
-                seq: 0,
-                part: i as u32,
-            };
-            shard.send(
-                0,
-                BackendRequest {
-                    cmd: buf.freeze(),
-                    reply,
-                },
-            );
-        }
-        drop(tx);
-        while let Some(reply) = rx.recv().await {
+        let mut buf = BytesMut::new();
+        translate::flush(&mut buf);
+        let mut replies = self.backends.load().broadcast(buf.freeze());
+        while let Some(reply) = replies.recv().await {
             if let Err(e) = reply.result {
                 tracing::warn!(shard = reply.part, error = ?e, "delayed flush_all failed on a shard");
             }

@@ -14,7 +14,10 @@ use tokio::sync::mpsc;
 
 use super::encoding::CasGenerator;
 use super::translate::{self, Expiry};
-use super::{BackendError, BackendRequest, Reply, ReplyTo};
+use std::future::Future;
+use std::pin::Pin;
+
+use super::{BackendError, BackendReply, Reply};
 use crate::proxy::Backends;
 
 /// Applies shadow operations to the Redis shards currently configured.
@@ -53,30 +56,15 @@ impl ShadowSink for RedisShadowSink {
     fn apply(&self, op: ShadowOp) -> ApplyFuture {
         let backends = self.backends.load_full();
         let now = unix_now();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let send = |buf: BytesMut, shard: usize, part: u32| {
-            let reply = ReplyTo {
-                tx: tx.clone(),
-                seq: 0,
-                part,
-            };
-            backends.shards[shard].send(
-                0,
-                BackendRequest {
-                    cmd: buf.freeze(),
-                    reply,
-                },
-            );
-        };
-        let mut parts = 1u32;
-        match &op {
+        let mut buf = BytesMut::new();
+        // Queued here, in queue order, before the future is returned.
+        let answer = match &op {
             ShadowOp::Set {
                 key,
                 flags,
                 expiry,
                 data,
             } => {
-                let mut buf = BytesMut::new();
                 translate::store(
                     &mut buf,
                     StorageCommand::Set,
@@ -86,49 +74,59 @@ impl ShadowSink for RedisShadowSink {
                     data,
                     redis_expiry(*expiry, now),
                 );
-                send(buf, backends.locate(key), 0);
+                Answer::One(Box::pin(backends.call(backends.locate(key), buf.freeze())))
             }
             ShadowOp::Delete { key } => {
-                let mut buf = BytesMut::new();
                 translate::delete(&mut buf, key);
-                send(buf, backends.locate(key), 0);
+                Answer::One(Box::pin(backends.call(backends.locate(key), buf.freeze())))
             }
             ShadowOp::Touch { key, expiry } => {
-                let mut buf = BytesMut::new();
                 translate::touch(&mut buf, key, redis_expiry(*expiry, now));
-                send(buf, backends.locate(key), 0);
+                Answer::One(Box::pin(backends.call(backends.locate(key), buf.freeze())))
             }
             ShadowOp::FlushAll => {
-                parts = backends.shards.len() as u32;
-                for shard in 0..backends.shards.len() {
-                    let mut buf = BytesMut::new();
-                    translate::flush(&mut buf);
-                    send(buf, shard, shard as u32);
-                }
+                translate::flush(&mut buf);
+                Answer::All(backends.broadcast(buf.freeze()), backends.shards.len())
             }
-        }
-        drop(tx);
+        };
         Box::pin(async move {
-            let mut outcome = Ok(());
-            for _ in 0..parts {
-                let Some(reply) = rx.recv().await else {
-                    return Err(ShadowError::Internal);
-                };
-                let result = match reply.result {
-                    Ok(Reply::Redis(Frame::Error(e))) => Err(ShadowError::Rejected(
-                        String::from_utf8_lossy(&e).into_owned(),
-                    )),
-                    Ok(_) => Ok(()),
-                    Err(BackendError::Timeout) => Err(ShadowError::Timeout),
-                    Err(BackendError::Busy) => Err(ShadowError::Busy),
-                    Err(BackendError::ConnectionLost) => Err(ShadowError::ConnectionLost),
-                    Err(BackendError::Unavailable) => Err(ShadowError::Unavailable),
-                };
-                if outcome.is_ok() {
-                    outcome = result;
+            match answer {
+                Answer::One(reply) => outcome(reply.await),
+                Answer::All(mut replies, shards) => {
+                    let mut result = Ok(());
+                    for _ in 0..shards {
+                        let Some(reply) = replies.recv().await else {
+                            return Err(ShadowError::Internal);
+                        };
+                        let this = match reply.result {
+                            Ok(Reply::Redis(frame)) => outcome(Ok(frame)),
+                            Ok(Reply::Memcached(_)) => Err(ShadowError::Internal),
+                            Err(e) => outcome(Err(e)),
+                        };
+                        result = result.and(this);
+                    }
+                    result
                 }
             }
-            outcome
         })
+    }
+}
+
+/// The reply (or replies, for a flush) a shadow operation waits for.
+enum Answer {
+    One(Pin<Box<dyn Future<Output = Result<Frame, BackendError>> + Send>>),
+    All(mpsc::UnboundedReceiver<BackendReply>, usize),
+}
+
+fn outcome(reply: Result<Frame, BackendError>) -> Result<(), ShadowError> {
+    match reply {
+        Ok(Frame::Error(e)) => Err(ShadowError::Rejected(
+            String::from_utf8_lossy(&e).into_owned(),
+        )),
+        Ok(_) => Ok(()),
+        Err(BackendError::Timeout) => Err(ShadowError::Timeout),
+        Err(BackendError::Busy) => Err(ShadowError::Busy),
+        Err(BackendError::ConnectionLost) => Err(ShadowError::ConnectionLost),
+        Err(BackendError::Unavailable) => Err(ShadowError::Unavailable),
     }
 }
