@@ -120,6 +120,7 @@ out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
 sut = lambda r: r["sut_cpu"]
 def cpu(system, scen, f):
     v = [f(r) for r in rows if r["system"] == system and r["scenario"] == scen and "sut_cpu" in r]
+    v = [x for x in v if x is not None]
     return med(v) if v else None
 lg = lambda r: r["report"].get("cpu_cores")
 stl = lambda r: 100 * r.get("steal", 0.0)
@@ -132,15 +133,15 @@ for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
                f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
 out.append("")
 out.append(f"Open loop at {rate:,} req/s (50% of memshift's max above), latency from the intended send time:\n")
-out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | steal % |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for s in ["memcached", "twemproxy", "memshift", "redis"]:
     q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
     lag = lambda k: get(s, "rate50", lambda r: (r.get("send_lag_us") or {}).get(k, 0.0))
     stl = cpu(s, "rate50", lambda r: 100 * r.get("steal", 0.0))
     out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
                f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
-               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(stl, 1)} |")
+               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(cpu(s, 'rate50', lambda r: r.get('other_load_cpu')), 2)} | {fmt(stl, 1)} |")
 out.append("")
 out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
 out.append("| system | gets/s | p50 us | p99 us |")
@@ -392,22 +393,24 @@ run() {
     eval "local pids=\$SUT_PIDS_$sys"
     # shellcheck disable=SC2154,SC2086
     t0=$(ticks $pids); s0=$(date +%s.%N)
-    local b0 b1 st0 st1
-    b0=$(cpu_busy "$SUT_CPU"); st0=$(steal)
+    local b0 b1 st0 st1 l0 l1
+    b0=$(cpu_busy "$SUT_CPU"); st0=$(steal); l0=$(cpu_busy "$LOAD_CPU")
     out=$("${LOADGEN[@]}" "$LOAD" --addr "${ADDR[$sys]}" --protocol "${PROTO[$sys]}" --json "$@" 2>>"$OUT/load.err") \
         || die "memshift-load failed for $sys/$scen (see $OUT/load.err)"
     # shellcheck disable=SC2086
     t1=$(ticks $pids); s1=$(date +%s.%N)
-    b1=$(cpu_busy "$SUT_CPU"); st1=$(steal)
-    local sut_cpu other stolen
+    b1=$(cpu_busy "$SUT_CPU"); st1=$(steal); l1=$(cpu_busy "$LOAD_CPU")
+    local sut_cpu other stolen other_load
     sut_cpu=$(python3 -c "print(($t1 - $t0) / $CLK_TCK / ($s1 - $s0))")
     # The server core's busy time not charged to the system's processes:
     # other processes (noise) plus interrupt work. Meaningful when pinned.
     other=$(python3 -c "print(max(0.0, ($b1 - $b0 - $t1 + $t0) / $CLK_TCK / ($s1 - $s0)))")
+    # Same for the load generator's core (its own CPU time comes in the report).
+    other_load=$(printf '%s' "$out" | python3 -c "import json, sys; r = json.load(sys.stdin); d = $s1 - $s0; print(max(0.0, ($l1 - $l0) / $CLK_TCK / d - r['cpu_cores'] * r['elapsed_s'] / d))")
     # Share of the machine's CPU time the hypervisor took (all CPUs).
     stolen=$(python3 -c "print(($st1 - $st0) / $CLK_TCK / ($s1 - $s0) / $(nproc))")
-    printf '{"system":"%s","scenario":"%s","round":%s,"sut_cpu":%s,"other_cpu":%s,"steal":%s,"load":"%s","report":%s}\n' \
-        "$sys" "$scen" "$round" "$sut_cpu" "$other" "$stolen" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
+    printf '{"system":"%s","scenario":"%s","round":%s,"sut_cpu":%s,"other_cpu":%s,"other_load_cpu":%s,"steal":%s,"load":"%s","report":%s}\n' \
+        "$sys" "$scen" "$round" "$sut_cpu" "$other" "$other_load" "$stolen" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
     printf '%s' "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin); l = r["latency_us"]
