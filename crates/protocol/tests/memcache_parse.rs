@@ -672,6 +672,7 @@ fn item_size_threshold_matches_memcached() {
     assert_eq!(ITEM_OVERHEAD, 59);
     let two_mib = ParseLimits {
         max_item_size: 2 * 1024 * 1024,
+        ..ParseLimits::default()
     };
     assert_eq!(two_mib.max_data_len(1, 0), 2097092);
 }

@@ -214,6 +214,7 @@ impl Settings {
         Settings {
             limits: ParseLimits {
                 max_item_size: server.max_item_size,
+                max_line_len: server.max_line_length,
             },
             allow_flush_all: server.allow_flush_all,
             idle_timeout: (server.idle_timeout_ms > 0)

@@ -41,12 +41,16 @@ use tokens::next_token;
 pub struct ParseLimits {
     /// Largest data block a storage command may carry (memcached `-I`).
     pub max_item_size: usize,
+    /// Longest command line that is not a multi-get; memcached's is
+    /// [`MAX_LINE_LEN`].
+    pub max_line_len: usize,
 }
 
 impl Default for ParseLimits {
     fn default() -> Self {
         ParseLimits {
             max_item_size: 1024 * 1024,
+            max_line_len: MAX_LINE_LEN,
         }
     }
 }
@@ -157,7 +161,7 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
         None => (None, None),
     };
     let Some(newline) = newline else {
-        if unterminated_too_long(buf) && !is_multiget_prefix(buf) {
+        if unterminated_too_long(buf, limits.max_line_len) && !is_multiget_prefix(buf) {
             return close_silently();
         }
         return Parsed::Incomplete;
@@ -168,7 +172,7 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
     if let Some(stripped) = text.strip_suffix(b"\r") {
         text = stripped;
     }
-    if text.len() > MAX_LINE_LEN && !is_multiget_prefix(buf) {
+    if text.len() > limits.max_line_len && !is_multiget_prefix(buf) {
         return close_silently();
     }
     // memcached reads the line as a C string: it ends at the first NUL.
@@ -183,10 +187,10 @@ pub fn parse_request<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
 }
 
 /// No `\n` yet, and already more than a line may hold (its `\r` aside).
-fn unterminated_too_long(buf: &[u8]) -> bool {
+fn unterminated_too_long(buf: &[u8], max_line_len: usize) -> bool {
     match buf.len() {
-        len if len <= MAX_LINE_LEN => false,
-        len if len == MAX_LINE_LEN + 1 => buf.last() != Some(&b'\r'),
+        len if len <= max_line_len => false,
+        len if len == max_line_len + 1 => buf.last() != Some(&b'\r'),
         _ => true,
     }
 }

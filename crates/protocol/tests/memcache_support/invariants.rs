@@ -9,7 +9,13 @@ use memshift_protocol::memcache::{
 /// Check every invariant on `data`, with the default item size limit and
 /// with a tiny one (so that "too large" is reachable).
 pub fn check(data: &[u8]) {
-    for limits in [ParseLimits::default(), ParseLimits { max_item_size: 100 }] {
+    for limits in [
+        ParseLimits::default(),
+        ParseLimits {
+            max_item_size: 100,
+            ..ParseLimits::default()
+        },
+    ] {
         check_with(data, &limits);
     }
 }
