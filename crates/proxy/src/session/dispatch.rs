@@ -24,8 +24,8 @@ use crate::redis::{BackendRequest, Reply};
 use crate::stats::bump;
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
-const CMD_BUF_CHUNK: usize = 16 * 1024;
-const CMD_BUF_LOW: usize = 1024;
+const CMD_BUF_CHUNK: usize = 4 * 1024;
+const CMD_BUF_LOW: usize = 512;
 
 impl Session {
     /// Send the command in `cmd_buf` to Redis shard `shard`.

@@ -40,6 +40,8 @@ const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// queued reply is a large value.
 const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Quiet time after which a connection gives its buffers back.
+const RELEASE_IDLE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(1);
 /// First read buffer of a connection: small, so that thousands of idle
 /// connections cost little; it grows by `READ_CHUNK` once traffic fills it.
 const FIRST_READ: usize = 512;
@@ -126,6 +128,8 @@ impl Session {
         let idle = self.proxy.settings.load().idle_timeout;
         let mut idle_deadline = idle.map(|d| Instant::now() + d);
         let mut read_closed = false;
+        // When the buffers of a connection gone quiet are given back.
+        let mut release_at: Option<Instant> = None;
         loop {
             self.flush_ready();
             if self.pending.len() > self.max_pending_replies
@@ -144,7 +148,10 @@ impl Session {
                 };
             }
             let reading = !self.closing && self.waiting < MAX_WAITING;
-            if reading && self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            // Grow only when unparsed input is waiting for room (or there is
+            // no buffer yet): an idle connection keeps its small buffer.
+            let spare = self.rbuf.capacity() - self.rbuf.len();
+            if reading && (spare == 0 || (spare < 1024 && !self.rbuf.is_empty())) {
                 let grow = if self.rbuf.capacity() == 0 {
                     FIRST_READ
                 } else {
@@ -158,6 +165,8 @@ impl Session {
                 .filter(|p| p.waiting > 0)
                 .map(|p| p.deadline);
             let idle_at = idle_deadline.filter(|_| self.pending.is_empty() && !self.closing);
+            let quiet = self.pending.is_empty() && self.wbuf.is_empty() && self.rbuf.is_empty();
+            let release = release_at.filter(|_| quiet);
             tokio::select! {
                 biased;
                 reply = self.reply_rx.recv() => {
@@ -192,7 +201,9 @@ impl Session {
                     }
                     Ok(n) => {
                         self.proxy.stats.bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                        idle_deadline = idle.map(|d| Instant::now() + d);
+                        let now = Instant::now();
+                        idle_deadline = idle.map(|d| now + d);
+                        release_at = Some(now + RELEASE_IDLE_BUFFERS);
                         self.process_input();
                     }
                     Err(e) => return SessionEnd::Io(e),
@@ -202,6 +213,15 @@ impl Session {
                 }
                 _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
                     return SessionEnd::IdleTimeout;
+                }
+                _ = sleep_until_opt(release), if release.is_some() => {
+                    // Idle connections hold no buffers (thousands of idle
+                    // clients then cost little); busy ones keep theirs.
+                    self.rbuf = BytesMut::new();
+                    self.wbuf = BytesMut::new();
+                    self.cmd_buf = BytesMut::new();
+                    self.pending.shrink_to_fit();
+                    release_at = None;
                 }
                 _ = shutdown.changed(), if !self.closing => {
                     // Drain: stop reading, finish what is in flight.
