@@ -28,8 +28,9 @@ Load shape
   --rate R               open loop: R requests/s in total, spread evenly over
                          the connections; latency is measured from each
                          request's intended send time (no coordinated
-                         omission). Sends are paced by a timerfd per
-                         connection (microsecond wake-ups, no spinning).
+                         omission). The schedule runs on a 50-500 us grid
+                         (one tick per request on average) driven by one
+                         timerfd: no spinning.
 Bounds (the run always stops by itself)
   --duration SECS        measured run length [10 unless --requests is given]
   --requests N           stop after N requests (with --duration: first wins)

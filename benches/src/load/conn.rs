@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use tokio::io::Interest;
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Notify;
 
 use super::keys::KeyGen;
-use super::pacer::Pacer;
+use super::pacer::Clock;
 use super::proto::{Encoder, Kind, Parsed};
 use super::stats::Stats;
 use super::Args;
@@ -80,8 +81,14 @@ enum Failure {
     Bad(String),
 }
 
+/// Open loop: the shared clock and this connection's wake-up.
+pub struct Pacing {
+    pub clock: Arc<Clock>,
+    pub notify: Arc<Notify>,
+}
+
 /// Runs one connection until the phase ends; never panics on network input.
-pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64) -> Stats {
+pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Pacing>) -> Stats {
     let a = &shared.args;
     let mut c = Conn {
         gen: KeyGen::new(seed, a.keys, a.dist, a.get_weight, a.set_weight),
@@ -101,20 +108,10 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64) -> Stats {
             _ => None,
         },
         issuing: true,
-        pacer: None,
+        pacing,
         shared: shared.clone(),
         mode,
     };
-    if let Mode::Open { .. } = mode {
-        match Pacer::new() {
-            Ok(p) => c.pacer = Some(p),
-            Err(e) => {
-                c.stats.errors.unexpected += 1;
-                c.stats.note(format!("timerfd: {e}"));
-                return c.stats;
-            }
-        }
-    }
     loop {
         let stream = match connect(a.addr, None, a.timeout).await {
             Ok(s) => s,
@@ -232,8 +229,8 @@ struct Conn {
     budget: Option<u64>,
     /// False once this connection has nothing more to send.
     issuing: bool,
-    /// Open loop: wakes the connection at each send time.
-    pacer: Option<Pacer>,
+    /// Open loop: the ticker's clock and this connection's wake-up.
+    pacing: Option<Pacing>,
 }
 
 impl Conn {
@@ -293,9 +290,8 @@ impl Conn {
                 .pend
                 .front()
                 .map_or(now + timeout, |p| p.sent + timeout);
-            let pacing = self.issuing && self.pacer.is_some();
-            let next = self.next;
-            let pacer = &self.pacer;
+            let pacing = self.issuing && self.pacing.is_some();
+            let notify = self.pacing.as_ref().map(|p| p.notify.clone());
             tokio::select! {
                 r = s.readable(), if !self.pend.is_empty() => {
                     r.map_err(|e| Failure::Io(format!("poll: {e}")))?;
@@ -303,14 +299,12 @@ impl Conn {
                 r = s.writable(), if self.wpos < self.wbuf.len() => {
                     r.map_err(|e| Failure::Io(format!("poll: {e}")))?;
                 }
-                r = async {
-                    match pacer {
-                        Some(p) => p.wait_until(next).await,
+                _ = async {
+                    match &notify {
+                        Some(n) => n.notified().await,
                         None => std::future::pending().await,
                     }
-                }, if pacing => {
-                    r.map_err(|e| Failure::Io(format!("timerfd: {e}")))?;
-                }
+                }, if pacing => {}
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
@@ -334,13 +328,20 @@ impl Conn {
                 n > 0
             }
             Mode::Open { interval, .. } => {
+                // Everything due up to the ticker's latest tick; a request's
+                // intended time is the grid point at which it became due.
+                let Some(clock) = self.pacing.as_ref().map(|p| p.clock.clone()) else {
+                    self.issuing = false;
+                    return false;
+                };
+                let released = clock.now();
                 let mut any = false;
-                while self.issuing && self.next <= now {
+                while self.issuing && self.next <= released {
                     if sh.past_deadline(self.next) || self.budget == Some(0) {
                         self.issuing = false;
                         break;
                     }
-                    let t = self.next;
+                    let t = clock.grid(self.next);
                     let lag = now.saturating_duration_since(t).as_nanos() as u64;
                     self.stats.lag.saturating_record(lag.max(1));
                     self.push_op(t, now);

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 pub use args::{Args, Parsed, USAGE};
@@ -100,7 +101,7 @@ async fn run_async(args: Arc<Args>) -> Result<Report, String> {
         let t = Instant::now();
         let shared = Arc::new(Shared::new(args.clone(), None, None));
         let n = args.conns.clamp(1, 16);
-        let st = join(&shared, n, |_| Mode::Prefill, None).await;
+        let st = join(&shared, n, |_| Mode::Prefill, |_| None, None).await;
         warmup = Some((t.elapsed(), st));
     }
 
@@ -115,20 +116,50 @@ async fn run_async(args: Arc<Args>) -> Result<Report, String> {
             let per_conn = args.requests.map(|r| r / args.conns as u64);
             let extra = args.requests.map_or(0, |r| r % args.conns as u64);
             let conns = args.conns as u64;
-            join(
+            // Stagger the connections evenly over one interval.
+            let first = |i: usize| start + interval.mul_f64(i as f64 / conns as f64);
+            let clock = Arc::new(pacer::Clock::new(start, rate));
+            let notifies: Vec<_> = (0..args.conns).map(|_| Arc::new(Notify::new())).collect();
+            let slots = notifies
+                .iter()
+                .enumerate()
+                .map(|(i, n)| pacer::Slot {
+                    notify: n.clone(),
+                    first: first(i),
+                    interval,
+                })
+                .collect();
+            let ticker = tokio::spawn(pacer::ticker(clock.clone(), slots));
+            let pacing = |i: usize| {
+                Some(conn::Pacing {
+                    clock: clock.clone(),
+                    notify: notifies[i].clone(),
+                })
+            };
+            let mut st = join(
                 &shared,
                 args.conns,
                 move |i| Mode::Open {
-                    // Stagger the connections evenly over one interval.
-                    start: start + interval.mul_f64(i as f64 / conns as f64),
+                    start: first(i),
                     interval,
                     budget: per_conn.map(|b| b + u64::from((i as u64) < extra)),
                 },
+                pacing,
                 deadline,
             )
-            .await
+            .await;
+            // The ticker only ends on its own if its timer failed.
+            if ticker.is_finished() {
+                if let Ok(Err(e)) = ticker.await {
+                    st.errors.unexpected += 1;
+                    st.note(format!("open-loop timer: {e}"));
+                }
+            } else {
+                ticker.abort();
+            }
+            st
         }
-        None => join(&shared, args.conns, |_| Mode::Closed, deadline).await,
+        None => join(&shared, args.conns, |_| Mode::Closed, |_| None, deadline).await,
     };
     let elapsed = start.elapsed();
     let cpu = cpu_time() - cpu_before;
@@ -160,6 +191,7 @@ async fn join(
     shared: &Arc<Shared>,
     n: usize,
     mode: impl Fn(usize) -> Mode,
+    pacing: impl Fn(usize) -> Option<conn::Pacing>,
     deadline: Option<Instant>,
 ) -> Stats {
     let mut set = JoinSet::new();
@@ -169,7 +201,7 @@ async fn join(
             .seed
             .wrapping_mul(1_000_003)
             .wrapping_add(i as u64);
-        set.spawn(conn::run(shared.clone(), mode(i), seed));
+        set.spawn(conn::run(shared.clone(), mode(i), seed, pacing(i)));
     }
     let mut total = Stats::default();
     let hard = deadline.map(|d| d + shared.args.timeout * 2 + Duration::from_secs(5));
