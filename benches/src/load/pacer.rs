@@ -200,3 +200,26 @@ mod imp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_and_tick() {
+        let start = Instant::now();
+        let c = Clock::new(start, 20_000.0);
+        assert_eq!(c.tick(), MIN_TICK);
+        assert_eq!(c.grid(start), start);
+        assert_eq!(c.grid(start + Duration::from_nanos(1)), start + MIN_TICK);
+        assert_eq!(c.grid(start + MIN_TICK), start + MIN_TICK);
+        assert_eq!(c.now(), start);
+        c.release(3);
+        assert_eq!(c.now(), start + MIN_TICK * 3);
+        assert_eq!(Clock::new(start, 10.0).tick(), MAX_TICK);
+        assert_eq!(
+            Clock::new(start, 5_000.0).tick(),
+            Duration::from_micros(200)
+        );
+    }
+}
