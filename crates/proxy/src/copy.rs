@@ -31,7 +31,11 @@ use crate::redis::translate::{self, Expiry};
 /// Items copied at once.
 const CONCURRENCY: usize = 128;
 /// Metadump passes at most (each lists only keys not seen before).
-const MAX_PASSES: u32 = 5;
+const MAX_PASSES: u32 = 20;
+/// Consecutive passes that list nothing new before the copy gives up on
+/// reaching the servers' own item count (expired items that are still
+/// counted, or writes racing the copy).
+const QUIET_PASSES: u32 = 3;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy)]
@@ -102,12 +106,18 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let cas_seed = crate::proxy::random_seed();
     // memcached's crawler skips items that move between its LRU queues while
-    // it walks them (recently written or read items): dump again until a pass
-    // lists nothing new. Copying twice is harmless (SET NX).
+    // it walks them (recently written or read items): under live reads each
+    // pass still misses a few. Dump again until the crawler has listed as
+    // many items as the servers hold, or passes stop finding anything new.
+    // Copying twice is harmless (SET NX).
     let mut seen: HashSet<Bytes> = HashSet::new();
     let mut total = 0u64;
     let mut started_items = 0u64;
+    let mut quiet = 0u32;
     for pass in 1..=MAX_PASSES {
+        if pass > 1 && servers_item_count(&legacy).await <= total {
+            break;
+        }
         let mut fresh: Vec<(usize, DumpEntry)> = Vec::new();
         for server in 0..legacy.server_count() {
             let dumped = legacy
@@ -122,8 +132,13 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
             }
         }
         if fresh.is_empty() {
-            break;
+            quiet += 1;
+            if quiet >= QUIET_PASSES {
+                break;
+            }
+            continue;
         }
+        quiet = 0;
         total += fresh.len() as u64;
         println!(
             "{mode}: pass {pass}: {} new items listed on {} memcached server(s)",
@@ -165,10 +180,7 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
         }
     }
     // The crawler's count against the servers' own: a gap is reported.
-    let mut current_items = 0u64;
-    for server in 0..legacy.server_count() {
-        current_items += curr_items(&legacy, server).await.unwrap_or(0);
-    }
+    let current_items = servers_item_count(&legacy).await;
     if current_items > total {
         println!(
             "warning: the servers hold {current_items} items, the crawler listed {total}: \
@@ -269,6 +281,15 @@ async fn read_item(
 }
 
 /// `stats` → `curr_items` of one server.
+/// `curr_items` summed over the pool (a server that does not answer counts 0).
+async fn servers_item_count(legacy: &Legacy) -> u64 {
+    let mut sum = 0u64;
+    for server in 0..legacy.server_count() {
+        sum += curr_items(legacy, server).await.unwrap_or(0);
+    }
+    sum
+}
+
 async fn curr_items(legacy: &Legacy, server: usize) -> Option<u64> {
     let reply = legacy
         .pool()
