@@ -19,6 +19,7 @@ use crate::tls::ServerTls;
 pub fn run(config_path: &Path) -> Result<(), ProxyError> {
     let config = Config::load(config_path)?;
     init_logging(&config);
+    crate::fd_limit::raise_for(config.server.max_connections);
     let threads = if config.server.threads == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -125,6 +126,7 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
 
     let reloader = tokio::spawn(reload_on_hangup(path, config, proxy.clone(), server_tls));
     tokio::spawn(watch_for_rollback(proxy.clone()));
+    crate::trim::spawn_trimmer();
     wait_for_stop_signal().await?;
     reloader.abort();
     tracing::info!("stop signal: draining connections");

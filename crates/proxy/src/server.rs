@@ -114,18 +114,25 @@ async fn accept_loop(
                 let _ = stream.set_nodelay(true);
                 let proxy = proxy.clone();
                 let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-                let tls = tls.clone();
-                sessions.spawn(async move {
-                    match tls {
-                        None => run_session(proxy, id, stream).await,
-                        Some(tls) => {
+                // Two task types, so that a plaintext connection's task is
+                // not sized for the TLS handshake and stream (every idle
+                // connection pays for its task's size).
+                match tls.clone() {
+                    None => {
+                        sessions.spawn(async move {
+                            run_session(proxy, id, stream).await;
+                            drop(permit);
+                        });
+                    }
+                    Some(tls) => {
+                        sessions.spawn(async move {
                             if let Some(stream) = tls.accept(stream, &proxy.metrics).await {
                                 run_session(proxy, id, stream).await;
                             }
-                        }
+                            drop(permit);
+                        });
                     }
-                    drop(permit);
-                });
+                }
             }
             // Reap finished sessions so the set does not grow.
             Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
@@ -154,6 +161,7 @@ where
     proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
     proxy.metrics.client_connected();
     let end = Session::new(proxy.clone(), id).run(stream).await;
+    crate::trim::note_release();
     proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
     proxy.metrics.client_disconnected();
     if let SessionEnd::Io(e) = &end {

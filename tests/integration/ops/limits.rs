@@ -371,3 +371,121 @@ fn idle_clients_are_closed_active_ones_are_not() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(version_ok(&mut c), "the active client was closed");
 }
+
+/// Idle connections cost little memory, and memory comes back when they
+/// close: an idle session holds no buffers, no reply channel and a small
+/// task (the busy part of a session is boxed), and freed memory is handed
+/// back to the OS after connection churn.
+#[test]
+fn idle_connections_cost_little_memory_and_it_comes_back() {
+    const CONNS: usize = 3_000;
+    const KIB_PER_IDLE_CONNECTION: u64 = 4;
+    if !require_tools(
+        "idle_connections_cost_little_memory_and_it_comes_back",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    if raise_own_nofile_limit() < (CONNS + 500) as u64 {
+        eprintln!(
+            "skipping: the open-files hard limit is below {}",
+            CONNS + 500
+        );
+        return;
+    }
+    let cluster = Cluster::start_with(opts(2, "", ""));
+    let pid = cluster.memshift.pid().expect("memshift pid");
+    let mut first = cluster.client();
+    first.set("idle:k", b"v").expect("set");
+    assert_get(&mut first, "idle:k", Some(b"v"), "before");
+    drop(first);
+    thread::sleep(Duration::from_millis(500));
+    let rss_before = vm_rss_kib(pid);
+
+    // Each connection is used once (a get through a shard: buffers and a
+    // reply channel are created), then left idle.
+    let mut conns = Vec::with_capacity(CONNS);
+    for i in 0..CONNS {
+        let mut c = McClient::connect(cluster.addr()).expect("connect");
+        if i % 2 == 0 {
+            assert_get(&mut c, "idle:k", Some(b"v"), "opening");
+        } else {
+            assert!(version_ok(&mut c), "version on connection {i}");
+        }
+        conns.push(c);
+    }
+    let budget = rss_before + CONNS as u64 * KIB_PER_IDLE_CONNECTION;
+    let mut idle_rss = 0;
+    let settled = wait_until_opt(Duration::from_secs(20), POLL, || {
+        idle_rss = vm_rss_kib(pid);
+        (idle_rss <= budget).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "{CONNS} idle connections: RSS {rss_before} -> {idle_rss} KiB, {:.2} KiB per \
+         connection (budget {KIB_PER_IDLE_CONNECTION} KiB)",
+        (idle_rss.saturating_sub(rss_before)) as f64 / CONNS as f64
+    );
+    eprintln!(
+        "{CONNS} idle connections: {:.2} KiB RSS per connection",
+        (idle_rss.saturating_sub(rss_before)) as f64 / CONNS as f64
+    );
+    // Idle sessions wake up and serve again.
+    for (i, c) in conns.iter_mut().enumerate().step_by(97) {
+        assert_get(c, "idle:k", Some(b"v"), "after idling");
+        assert!(version_ok(c), "version on connection {i} after idling");
+    }
+    drop(conns);
+
+    // Closed: memory is given back (within 2 MiB of where it started).
+    let mut after = 0;
+    let returned = wait_until_opt(Duration::from_secs(20), POLL, || {
+        after = vm_rss_kib(pid);
+        (after <= rss_before + 2048).then_some(())
+    });
+    assert!(
+        returned.is_some(),
+        "after closing {CONNS} connections RSS stayed at {after} KiB (was {rss_before} KiB \
+         before they opened)"
+    );
+}
+
+/// Raise this process's soft open-files limit to the hard one; returns it.
+#[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every Unix
+fn raise_own_nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return 0;
+            }
+        }
+    }
+    lim.rlim_cur as u64
+}
+
+/// Poll `f` until it gives a value or `timeout` passes.
+fn wait_until_opt<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(every);
+    }
+}

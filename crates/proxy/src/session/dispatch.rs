@@ -58,8 +58,19 @@ impl Session {
         let deadline = now + backends.request_timeout;
         // Commands are split off this buffer as they are sent; keeping spare
         // room means one allocation per many requests, not one per request.
-        if self.cmd_buf.capacity() - self.cmd_buf.len() < CMD_BUF_LOW {
-            self.cmd_buf.reserve(CMD_BUF_CHUNK);
+        // Requests answered here need none (an idle connection that only
+        // sent `version` holds no command buffer).
+        let answered_here = matches!(
+            request,
+            Request::Version | Request::Verbosity { .. } | Request::Stats { .. } | Request::Quit
+        );
+        if !answered_here && self.cmd_buf.capacity() - self.cmd_buf.len() < CMD_BUF_LOW {
+            if self.cmd_buf.capacity() == 0 {
+                self.cmd_buf =
+                    super::pool::take_buffer(super::pool::Buffer::Command, CMD_BUF_CHUNK);
+            } else {
+                self.cmd_buf.reserve(CMD_BUF_CHUNK);
+            }
         }
         match request {
             Request::Retrieval {
@@ -515,6 +526,7 @@ impl Session {
             return false;
         };
         let seq = self.base_seq + index as u64;
+        let reply_to = self.reply_to(seq, 0);
         let Some(pending) = self.pending.get_mut(index) else {
             return false;
         };
@@ -556,9 +568,8 @@ impl Session {
         for (key_index, part, server, cmd) in lookups {
             backfill.lookups.push((key_index, part));
             let reply = crate::redis::ReplyTo {
-                tx: self.reply_tx.clone(),
-                seq,
                 part,
+                ..reply_to.clone()
             };
             legacy.send(server, lane, cmd, ReplyShape::Meta, reply);
         }

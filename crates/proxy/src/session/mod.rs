@@ -13,6 +13,7 @@
 
 mod dispatch;
 mod pending;
+mod pool;
 mod render;
 
 use std::collections::VecDeque;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use bytes::{Buf, BytesMut};
 use memshift_protocol::memcache::{parse_request, ParseLimits, Parsed, ProtocolError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::command_index;
@@ -30,6 +31,7 @@ use crate::redis::encoding::CasGenerator;
 use crate::redis::{BackendError, BackendReply, ReplyTo};
 use crate::stats::bump;
 use pending::{Op, Pending, Results, NO_COMMAND};
+use pool::{Buffer, ReplyChannel};
 
 /// Requests waiting on backends before the session stops reading from the client.
 const MAX_WAITING: usize = 1024;
@@ -40,11 +42,14 @@ const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// queued reply is a large value.
 const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
-/// Quiet time after which a connection gives its buffers back.
-const RELEASE_IDLE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(1);
 /// First read buffer of a connection: small, so that thousands of idle
 /// connections cost little; it grows by `READ_CHUNK` once traffic fills it.
 const FIRST_READ: usize = 512;
+/// First write buffer of a busy connection (replies of typical size).
+const FIRST_WRITE: usize = 2048;
+/// Bytes an idle connection reads into its (task-resident) array before it
+/// takes a read buffer: enough for most single requests.
+const IDLE_READ: usize = 256;
 /// Largest incomplete request kept in the read buffer (a multi-get line of
 /// ~60,000 keys), unless `max_item_size` allows more.
 const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -79,8 +84,14 @@ pub struct Session {
     current_command: u8,
     /// When the input being processed arrived.
     current_start: Instant,
-    reply_tx: mpsc::UnboundedSender<BackendReply>,
-    reply_rx: mpsc::UnboundedReceiver<BackendReply>,
+    /// Where backends send their replies; created with the first backend
+    /// request and dropped when the connection goes quiet (an idle
+    /// connection holds no channel).
+    replies: Option<ReplyChannel>,
+    /// When the last input arrived (the idle timeout counts from it).
+    last_input: Instant,
+    /// The client has closed its side.
+    read_closed: bool,
     cas: CasGenerator,
     closing: bool,
     /// `server.max_pending_replies` as of the last input.
@@ -93,7 +104,6 @@ pub struct Session {
 
 impl Session {
     pub fn new(proxy: Arc<Proxy>, id: u64) -> Session {
-        let (reply_tx, reply_rx) = mpsc::unbounded_channel();
         let seed = twox_hash::XxHash3_64::oneshot_with_seed(proxy.cas_seed, &id.to_le_bytes());
         let max_pending_replies = proxy.settings.load().max_pending_replies;
         Session {
@@ -108,8 +118,9 @@ impl Session {
             waiting: 0,
             current_command: NO_COMMAND,
             current_start: Instant::now(),
-            reply_tx,
-            reply_rx,
+            replies: None,
+            last_input: Instant::now(),
+            read_closed: false,
             max_pending_replies,
             max_item_size: 0,
             pending_bytes: 0,
@@ -119,17 +130,97 @@ impl Session {
     }
 
     /// Serve the connection until it ends.
+    ///
+    /// A connection alternates between idle (nothing buffered or in flight:
+    /// it waits for input holding no buffers and no reply channel) and
+    /// busy (the request loop, with buffers from the thread's pool, given
+    /// back as soon as everything asked has been answered).
     pub async fn run<S>(mut self, stream: S) -> SessionEnd
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let mut shutdown = self.proxy.shutdown.clone();
+        loop {
+            if let Err(end) = self.wait_for_input(&mut rd, &mut shutdown).await {
+                return end;
+            }
+            let end = self.serve(&mut rd, &mut wr, &mut shutdown).await;
+            self.give_back();
+            if let Some(end) = end {
+                return end;
+            }
+        }
+    }
+
+    /// Quiet (or done): hand the buffers and the reply channel to the
+    /// thread's pool.
+    fn give_back(&mut self) {
+        pool::give_buffer(Buffer::Read, std::mem::take(&mut self.rbuf));
+        pool::give_buffer(Buffer::Write, std::mem::take(&mut self.wbuf));
+        pool::give_buffer(Buffer::Command, std::mem::take(&mut self.cmd_buf));
+        pool::give_queue(std::mem::take(&mut self.pending));
+        if let Some(channel) = self.replies.take() {
+            pool::give_channel(channel);
+        }
+    }
+
+    /// Idle: wait for the first bytes of the next request (read into a small
+    /// array in the future, then into a fresh read buffer).
+    async fn wait_for_input<R>(
+        &mut self,
+        rd: &mut R,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), SessionEnd>
+    where
+        R: AsyncRead + Unpin,
+    {
+        let idle_at = self
+            .proxy
+            .settings
+            .load()
+            .idle_timeout
+            .map(|d| self.last_input + d);
+        let mut first = [0u8; IDLE_READ];
+        tokio::select! {
+            biased;
+            res = rd.read(&mut first) => match res {
+                Ok(0) => Err(SessionEnd::ClientClosed),
+                Ok(n) => {
+                    if self.rbuf.capacity() == 0 {
+                        self.rbuf = pool::take_buffer(Buffer::Read, FIRST_READ);
+                    }
+                    if self.pending.capacity() == 0 {
+                        self.pending = pool::take_queue();
+                    }
+                    self.rbuf.extend_from_slice(first.get(..n).unwrap_or_default());
+                    self.proxy.stats.bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.last_input = Instant::now();
+                    Ok(())
+                }
+                Err(e) => Err(SessionEnd::Io(e)),
+            },
+            _ = sleep_until_opt(idle_at), if idle_at.is_some() => Err(SessionEnd::IdleTimeout),
+            _ = shutdown.changed() => Err(SessionEnd::Shutdown),
+        }
+    }
+
+    /// Busy: answer the input in the read buffer and everything that
+    /// follows, until the connection ends (`Some`) or has nothing buffered
+    /// or in flight (`None`).
+    async fn serve<R, W>(
+        &mut self,
+        rd: &mut R,
+        wr: &mut W,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<SessionEnd>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
         let idle = self.proxy.settings.load().idle_timeout;
-        let mut idle_deadline = idle.map(|d| Instant::now() + d);
-        let mut read_closed = false;
-        // When the buffers of a connection gone quiet are given back.
-        let mut release_at: Option<Instant> = None;
+        let mut idle_deadline = idle.map(|d| self.last_input + d);
+        self.process_input();
         loop {
             self.flush_ready();
             if self.pending.len() > self.max_pending_replies
@@ -137,19 +228,19 @@ impl Session {
             {
                 bump(&self.proxy.stats.slow_consumers_closed);
                 self.proxy.metrics.slow_consumer_closed();
-                return SessionEnd::SlowConsumer;
+                return Some(SessionEnd::SlowConsumer);
             }
             if self.closing && self.pending.is_empty() && self.wbuf.is_empty() {
                 let _ = wr.shutdown().await;
-                return if read_closed {
+                return Some(if self.read_closed {
                     SessionEnd::ClientClosed
                 } else {
                     SessionEnd::Quit
-                };
+                });
             }
             let reading = !self.closing && self.waiting < MAX_WAITING;
             // Grow only when unparsed input is waiting for room (or there is
-            // no buffer yet): an idle connection keeps its small buffer.
+            // no buffer yet): a quiet connection keeps its small buffer.
             let spare = self.rbuf.capacity() - self.rbuf.len();
             if reading && (spare == 0 || (spare < 1024 && !self.rbuf.is_empty())) {
                 let grow = if self.rbuf.capacity() == 0 {
@@ -165,14 +256,20 @@ impl Session {
                 .filter(|p| p.waiting > 0)
                 .map(|p| p.deadline);
             let idle_at = idle_deadline.filter(|_| self.pending.is_empty() && !self.closing);
-            let quiet = self.pending.is_empty() && self.wbuf.is_empty() && self.rbuf.is_empty();
-            let release = release_at.filter(|_| quiet);
+            if self.pending.is_empty()
+                && self.wbuf.is_empty()
+                && self.rbuf.is_empty()
+                && self.skip == 0
+                && !self.closing
+            {
+                return None;
+            }
             tokio::select! {
                 biased;
-                reply = self.reply_rx.recv() => {
+                reply = recv_reply(&mut self.replies) => {
                     if let Some(reply) = reply {
                         self.complete(reply);
-                        while let Ok(reply) = self.reply_rx.try_recv() {
+                        while let Some(reply) = self.replies.as_mut().and_then(|c| c.rx.try_recv().ok()) {
                             self.complete(reply);
                         }
                         // Requests the client already sent may be waiting
@@ -183,51 +280,42 @@ impl Session {
                     }
                 }
                 res = wr.write(&self.wbuf), if !self.wbuf.is_empty() => match res {
-                    Ok(0) => return SessionEnd::ClientClosed,
+                    Ok(0) => return Some(SessionEnd::ClientClosed),
                     Ok(n) => {
                         self.proxy.stats.bytes_written.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                         self.wbuf.advance(n);
                     }
-                    Err(e) => return SessionEnd::Io(e),
+                    Err(e) => return Some(SessionEnd::Io(e)),
                 },
                 res = rd.read_buf(&mut self.rbuf), if reading => match res {
                     Ok(0) => {
                         // Client closed its side: finish what it asked, then close.
-                        read_closed = true;
+                        self.read_closed = true;
                         self.closing = true;
                         if self.pending.is_empty() && self.wbuf.is_empty() {
-                            return SessionEnd::ClientClosed;
+                            return Some(SessionEnd::ClientClosed);
                         }
                     }
                     Ok(n) => {
                         self.proxy.stats.bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                         let now = Instant::now();
+                        self.last_input = now;
                         idle_deadline = idle.map(|d| now + d);
-                        release_at = Some(now + RELEASE_IDLE_BUFFERS);
                         self.process_input();
                     }
-                    Err(e) => return SessionEnd::Io(e),
+                    Err(e) => return Some(SessionEnd::Io(e)),
                 },
                 _ = sleep_until_opt(front_deadline), if front_deadline.is_some() => {
                     self.expire_overdue();
                 }
                 _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
-                    return SessionEnd::IdleTimeout;
-                }
-                _ = sleep_until_opt(release), if release.is_some() => {
-                    // Idle connections hold no buffers (thousands of idle
-                    // clients then cost little); busy ones keep theirs.
-                    self.rbuf = BytesMut::new();
-                    self.wbuf = BytesMut::new();
-                    self.cmd_buf = BytesMut::new();
-                    self.pending.shrink_to_fit();
-                    release_at = None;
+                    return Some(SessionEnd::IdleTimeout);
                 }
                 _ = shutdown.changed(), if !self.closing => {
                     // Drain: stop reading, finish what is in flight.
                     self.closing = true;
                     if self.pending.is_empty() && self.wbuf.is_empty() {
-                        return SessionEnd::Shutdown;
+                        return Some(SessionEnd::Shutdown);
                     }
                 }
             }
@@ -344,9 +432,10 @@ impl Session {
         self.base_seq + self.pending.len() as u64
     }
 
-    fn reply_to(&self, seq: u64, part: u32) -> ReplyTo {
+    fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
+        let channel = self.replies.get_or_insert_with(pool::take_channel);
         ReplyTo {
-            tx: self.reply_tx.clone(),
+            tx: channel.tx.clone(),
             seq,
             part,
         }
@@ -414,6 +503,9 @@ impl Session {
                 self.closing = true;
                 return;
             }
+            if self.wbuf.capacity() == 0 {
+                self.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
+            }
             self.render(pending);
         }
     }
@@ -437,6 +529,14 @@ fn oversize_set_key<'a>(input: &'a [u8], limits: &ParseLimits) -> Option<&'a [u8
     let too_large = key.len() <= memshift_protocol::memcache::MAX_KEY_LEN
         && length > limits.max_data_len(key.len(), flags);
     too_large.then_some(key)
+}
+
+/// The next backend reply; never, while there is no channel.
+async fn recv_reply(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
+    match replies {
+        Some(channel) => channel.rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

@@ -1,0 +1,121 @@
+//! Per-thread free lists for what a session needs only while it is busy:
+//! read, write and command buffers, the pending queue and the reply channel.
+//!
+//! A session gives these back the moment it goes quiet (nothing buffered or
+//! in flight) and takes them again with its next input, so an idle
+//! connection holds none of them, and a request/response client does not
+//! allocate per request either. Freeing them instead would leave the heap
+//! fragmented: chunks freed between the long-lived per-connection
+//! allocations cannot be returned to the OS. Thread-local, so no lock is
+//! shared across connections; each list is bounded.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+use tokio::sync::mpsc;
+
+use super::pending::Pending;
+use crate::redis::BackendReply;
+
+/// Entries kept per list and thread; more are freed.
+const KEEP: usize = 64;
+/// Buffers larger than this are freed rather than kept (one large request
+/// must not pin its buffer for ever).
+const MAX_KEPT_CAPACITY: usize = 64 * 1024;
+
+/// A session's reply channel (both ends: the session hands out clones of
+/// the sender with each backend request).
+pub(super) struct ReplyChannel {
+    pub(super) tx: mpsc::UnboundedSender<BackendReply>,
+    pub(super) rx: mpsc::UnboundedReceiver<BackendReply>,
+}
+
+/// What a buffer is for: each kind has its own list, so that a small read
+/// buffer is not handed out where a command buffer of 4 KiB is wanted.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Buffer {
+    Read = 0,
+    Write = 1,
+    Command = 2,
+}
+
+#[derive(Default)]
+struct Pool {
+    buffers: [Vec<BytesMut>; 3],
+    queues: Vec<VecDeque<Pending>>,
+    channels: Vec<ReplyChannel>,
+}
+
+thread_local! {
+    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+}
+
+/// An empty buffer with room for at least `min` bytes.
+pub(super) fn take_buffer(kind: Buffer, min: usize) -> BytesMut {
+    let reused = POOL.with(|p| p.borrow_mut().buffers[kind as usize].pop());
+    match reused {
+        Some(mut buf) => {
+            buf.reserve(min);
+            buf
+        }
+        None => BytesMut::with_capacity(min),
+    }
+}
+
+/// Keep `buf` for another session (its contents are discarded).
+pub(super) fn give_buffer(kind: Buffer, mut buf: BytesMut) {
+    let capacity = buf.capacity();
+    if !(256..=MAX_KEPT_CAPACITY).contains(&capacity) {
+        return;
+    }
+    buf.clear();
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let list = &mut p.buffers[kind as usize];
+        if list.len() < KEEP {
+            list.push(buf);
+        }
+    });
+}
+
+pub(super) fn take_queue() -> VecDeque<Pending> {
+    POOL.with(|p| p.borrow_mut().queues.pop())
+        .unwrap_or_default()
+}
+
+pub(super) fn give_queue(mut queue: VecDeque<Pending>) {
+    if queue.capacity() == 0 || queue.capacity() > 1024 {
+        return;
+    }
+    queue.clear();
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.queues.len() < KEEP {
+            p.queues.push(queue);
+        }
+    });
+}
+
+pub(super) fn take_channel() -> ReplyChannel {
+    POOL.with(|p| p.borrow_mut().channels.pop())
+        .unwrap_or_else(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            ReplyChannel { tx, rx }
+        })
+}
+
+/// Keep a channel for another session, but only when no sender is still
+/// out (a backend holding one could otherwise deliver a stale reply, tagged
+/// with a sequence number, into another session).
+pub(super) fn give_channel(channel: ReplyChannel) {
+    if channel.tx.strong_count() != 1 || !channel.rx.is_empty() {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.channels.len() < KEEP {
+            p.channels.push(channel);
+        }
+    });
+}
