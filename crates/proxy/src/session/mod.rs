@@ -161,7 +161,9 @@ impl Session {
         pool::give_buffer(Buffer::Command, std::mem::take(&mut self.cmd_buf));
         pool::give_queue(std::mem::take(&mut self.pending));
         if let Some(channel) = self.replies.take() {
-            pool::give_channel(channel);
+            // A channel with a sender still out stays with this session
+            // (its replies carry this session's sequence numbers).
+            self.replies = pool::give_channel(channel);
         }
     }
 
@@ -182,27 +184,38 @@ impl Session {
             .idle_timeout
             .map(|d| self.last_input + d);
         let mut first = [0u8; IDLE_READ];
-        tokio::select! {
+        let n = tokio::select! {
             biased;
             res = rd.read(&mut first) => match res {
-                Ok(0) => Err(SessionEnd::ClientClosed),
-                Ok(n) => {
-                    if self.rbuf.capacity() == 0 {
-                        self.rbuf = pool::take_buffer(Buffer::Read, FIRST_READ);
-                    }
-                    if self.pending.capacity() == 0 {
-                        self.pending = pool::take_queue();
-                    }
-                    self.rbuf.extend_from_slice(first.get(..n).unwrap_or_default());
-                    self.proxy.stats.bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                    self.last_input = Instant::now();
-                    Ok(())
-                }
-                Err(e) => Err(SessionEnd::Io(e)),
+                Ok(0) => return Err(SessionEnd::ClientClosed),
+                Ok(n) => n,
+                Err(e) => return Err(SessionEnd::Io(e)),
             },
-            _ = sleep_until_opt(idle_at), if idle_at.is_some() => Err(SessionEnd::IdleTimeout),
-            _ = shutdown.changed() => Err(SessionEnd::Shutdown),
+            _ = sleep_until_opt(idle_at), if idle_at.is_some() => return Err(SessionEnd::IdleTimeout),
+            _ = shutdown.changed() => return Err(SessionEnd::Shutdown),
+        };
+        if self.rbuf.capacity() == 0 {
+            self.rbuf = pool::take_buffer(Buffer::Read, FIRST_READ);
         }
+        if self.pending.capacity() == 0 {
+            self.pending = pool::take_queue();
+        }
+        self.rbuf
+            .extend_from_slice(first.get(..n).unwrap_or_default());
+        let mut total = n;
+        if n == IDLE_READ {
+            // The array filled up: read what else is already there now, so
+            // that a pipelined batch is dispatched (and coalesced toward the
+            // shards) as a whole, not in two halves.
+            self.rbuf.reserve(READ_CHUNK);
+            total += read_ready(rd, &mut self.rbuf).await;
+        }
+        self.proxy
+            .stats
+            .bytes_read
+            .fetch_add(total as u64, std::sync::atomic::Ordering::Relaxed);
+        self.last_input = Instant::now();
+        Ok(())
     }
 
     /// Busy: answer the input in the read buffer and everything that
@@ -537,6 +550,21 @@ async fn recv_reply(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> 
         Some(channel) => channel.rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Bytes read into `buf` by one read attempt that does not wait: 0 when
+/// nothing is ready (end of stream and errors are left for the next read to
+/// find again).
+async fn read_ready<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> usize {
+    use std::future::Future;
+    std::future::poll_fn(|cx| {
+        let read = std::pin::pin!(rd.read_buf(&mut *buf));
+        std::task::Poll::Ready(match read.poll(cx) {
+            std::task::Poll::Ready(Ok(n)) => n,
+            _ => 0,
+        })
+    })
+    .await
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

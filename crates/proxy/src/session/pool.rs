@@ -107,10 +107,11 @@ pub(super) fn take_channel() -> ReplyChannel {
 
 /// Keep a channel for another session, but only when no sender is still
 /// out (a backend holding one could otherwise deliver a stale reply, tagged
-/// with a sequence number, into another session).
-pub(super) fn give_channel(channel: ReplyChannel) {
+/// with a sequence number, into another session): such a channel is handed
+/// back to its session.
+pub(super) fn give_channel(channel: ReplyChannel) -> Option<ReplyChannel> {
     if channel.tx.strong_count() != 1 || !channel.rx.is_empty() {
-        return;
+        return Some(channel);
     }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
@@ -118,4 +119,5 @@ pub(super) fn give_channel(channel: ReplyChannel) {
             p.channels.push(channel);
         }
     });
+    None
 }
