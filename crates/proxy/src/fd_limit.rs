@@ -55,3 +55,42 @@ pub fn raise_for(max_connections: usize) -> Option<u64> {
         None
     }
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[allow(clippy::unnecessary_cast)]
+    fn limits() -> (u64, u64) {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid pointer to a local struct.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        (lim.rlim_cur as u64, lim.rlim_max as u64)
+    }
+
+    #[test]
+    fn soft_limit_is_raised_to_fit_max_connections_within_the_hard_limit() {
+        let (_, hard) = limits();
+        if hard < 2048 {
+            eprintln!("skipping: hard open-files limit {hard}");
+            return;
+        }
+        // Start from the common default soft limit.
+        let lowered = libc::rlimit {
+            rlim_cur: 256,
+            rlim_max: hard as libc::rlim_t,
+        };
+        // SAFETY: a valid pointer to a local struct.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lowered) }, 0);
+        let want = (hard - HEADROOM).min(5_000) as usize;
+        let soft = raise_for(want).expect("limit readable");
+        assert_eq!(soft, want as u64 + HEADROOM);
+        assert_eq!(limits(), (soft, hard));
+        // More than the hard limit allows: raised as far as it goes.
+        assert_eq!(raise_for(usize::MAX / 2), Some(hard));
+        assert_eq!(limits().0, hard);
+    }
+}
