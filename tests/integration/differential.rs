@@ -2123,6 +2123,13 @@ const META_SCRIPT: &[(&str, &[u8])] = &[
           set ms:y 0 0 2\r\nhi\r\nma ms:y\r\nma ms:y q\r\n",
     ),
     (
+        // memcached refuses an empty value before it compares the CAS, and
+        // an append with C0 does not compare at all.
+        "ma on an empty value, append with C0",
+        b"set ms:ya 0 0 0\r\n\r\nma ms:ya C1 v\r\nma ms:ya C0\r\nms ms:ya 2 MA C0 k\r\n12\r\nms ms:ya 1 MP C1\r\n0\r\n\
+          mg ms:ya v\r\n",
+    ),
+    (
         "ma errors",
         b"ma\r\nma ms:z Mi\r\nma ms:z Mx\r\nma ms:z D\r\nma ms:z Dx\r\nma ms:z J\r\nma ms:z D18446744073709551616\r\n\
           ma ms:z X\r\nma ms:z 5\r\n",

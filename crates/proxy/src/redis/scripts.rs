@@ -220,6 +220,8 @@ if not v or #v < 13 or string.byte(v, 1) ~= 1 then
   set_expiry(ARGV[8], ARGV[9])
   return {3, ARGV[7], -1}
 end
+-- memcached refuses an empty value before it compares the CAS
+if #v == 13 then return -1 end
 if ARGV[5] ~= '' and string.sub(v, 6, 13) ~= ARGV[5] then return 1 end
 "#,
     arith_core!(),

@@ -162,6 +162,9 @@ impl Session {
                         StorageCommand::Cas
                     }
                     (MetaSetMode::Append | MetaSetMode::Prepend, expected) => {
+                        // memcached checks an append's CAS only when it is
+                        // not 0 (`C0` appends unconditionally).
+                        let expected = expected.filter(|&c| c != 0);
                         let append = flags.set_mode == MetaSetMode::Append;
                         translate::concat(
                             &mut self.cmd_buf,
