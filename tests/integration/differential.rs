@@ -2123,6 +2123,13 @@ const META_SCRIPT: &[(&str, &[u8])] = &[
           set ms:y 0 0 2\r\nhi\r\nma ms:y\r\nma ms:y q\r\n",
     ),
     (
+        // memcached sets T's TTL on the item it updated; a result longer
+        // than the old value is a new item, which keeps the old TTL.
+        "ma T only sticks when the number is rewritten in place",
+        b"set ms:yb 0 0 1\r\n5\r\nma ms:yb T-1 v\r\nmg ms:yb v\r\nset ms:yc 0 0 1\r\n9\r\nma ms:yc T-1 v\r\n\
+          mg ms:yc v t\r\nset ms:yd 0 0 1\r\n5\r\nma ms:yd T0 t\r\nmg ms:yd t\r\n",
+    ),
+    (
         // memcached refuses an empty value before it compares the CAS, and
         // an append with C0 does not compare at all.
         "ma on an empty value, append with C0",

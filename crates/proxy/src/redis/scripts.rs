@@ -208,7 +208,9 @@ return 2
 /// as for `ARITH`; `ARGV[5]` = expected CAS (8 bytes, "" for none); `ARGV[6]`
 /// = "1" to create a missing counter with the digits `ARGV[7]` (flags 0) and
 /// expiry `ARGV[8]`/`ARGV[9]`; `ARGV[10]`/`ARGV[11]` = expiry for an updated
-/// counter ("" keeps its TTL). Returns 0 NF, 1 EX, -1 non-numeric, or
+/// counter ("" keeps its TTL), applied only when the result fits in the old
+/// value's length (memcached 1.6.18 sets it on the item it rewrote in place;
+/// a longer number is a new item and the new TTL is lost). Returns 0 NF, 1 EX, -1 non-numeric, or
 /// `{2 (updated) | 3 (created), digits, PTTL before}`.
 pub const META_ARITH: &str = concat!(
     set_expiry_fn!(),
@@ -227,7 +229,9 @@ if ARGV[5] ~= '' and string.sub(v, 6, 13) ~= ARGV[5] then return 1 end
     arith_core!(),
     r#"local p = redis.call('PTTL', KEYS[1])
 redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[4] .. data, 'KEEPTTL')
-set_expiry(ARGV[10], ARGV[11])
+-- memcached applies T to the item it updated in place; a longer result is
+-- a new item that keeps the old TTL (T then only shows in the reply's t)
+if #s <= old then set_expiry(ARGV[10], ARGV[11]) end
 return {2, s, p}
 "#
 );
