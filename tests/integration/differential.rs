@@ -5,7 +5,16 @@
 //! - CAS uniques, which must map consistently: per key, a bijection between
 //!   the reference's uniques and the target's (the same item version has the
 //!   same unique on each side, and different versions different ones);
-//! - the contents of `VERSION` and `STAT` lines (shape only).
+//! - the contents of `VERSION` and `STAT` lines (shape only);
+//! - in meta replies, CAS uniques (`c<n>`: mapped per key like gets uniques
+//!   when the reply also has `k`) and positive remaining TTLs (`t<n>`:
+//!   memcached counts whole seconds on its own clock).
+//!
+//! About 15% of the stream are meta commands (mg, ms, md, ma, mn, and meta
+//! error lines); `differential_meta_script` walks every meta reply kind and
+//! error on fresh servers. The stream leaves out what memshift does not
+//! serve (see docs/meta.md) and `mg ... k` on keys an `ms ... b` may have
+//! written (memcached remembers the base64 origin of an item's key).
 //!
 //! Environment:
 //! - `DIFF_SEED=<n|0xhex>` replays one seed (default: a fixed seed plus one
@@ -240,6 +249,28 @@ impl Rng {
 /// room for increments) makes `safe_strtoull` look for a '-' with `strchr`
 /// past the data, and a value of only whitespace makes `strtoull` skip the
 /// `\r\n` terminator and parse whatever follows.
+/// Standard padded base64 (for `b` keys).
+fn base64(src: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in src.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 fn arith_unsafe(data: &[u8]) -> bool {
     let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
     if !data.is_empty() && data.iter().all(is_space) {
@@ -362,6 +393,11 @@ struct Gen {
     /// on stale memory. The stream never incr/decrs them (a fixed script on
     /// fresh processes covers the wrap at 2^64: `differential_fixed_script`).
     maybe_big: HashSet<Vec<u8>>,
+    /// Keys an `ms ... b` may have stored: memcached remembers that the item
+    /// came with a base64 key and an `mg ... k` echoes the key base64-encoded
+    /// (`k<base64> b`) even without `b`. memshift does not keep that bit, so
+    /// mg never asks for `k` on those keys (until a flush_all).
+    binary_keys: HashSet<Vec<u8>>,
 }
 
 impl Gen {
@@ -380,6 +416,7 @@ impl Gen {
             now: unix_now(),
             batch_reads: HashSet::new(),
             maybe_big: HashSet::new(),
+            binary_keys: HashSet::new(),
         }
     }
 
@@ -754,6 +791,7 @@ impl Gen {
         ]);
         if !line.contains("abc") {
             self.maybe_big.clear();
+            self.binary_keys.clear();
         }
         Cmd::lit(line)
     }
@@ -997,8 +1035,12 @@ impl Gen {
         Cmd::lit("stats\r\n")
     }
 
-    /// One command, by weight (per mille).
+    /// One command, by weight (per mille): 15% meta commands, the rest
+    /// classic ones.
     fn command(&mut self) -> Cmd {
+        if self.rng.chance(150) {
+            return self.meta();
+        }
         let roll = self.rng.below(1000);
         match roll {
             0..=109 => self.retrieval("get"),
@@ -1021,6 +1063,320 @@ impl Gen {
             895..=897 => self.stats(),
             _ => self.malformed(),
         }
+    }
+
+    /// A meta command, by weight (per mille).
+    fn meta(&mut self) -> Cmd {
+        match self.rng.below(1000) {
+            0..=339 => self.meta_get(),
+            340..=629 => self.meta_set(),
+            630..=739 => self.meta_delete(),
+            740..=909 => self.meta_arith(),
+            910..=939 => Cmd::lit(*self.rng.pick(&["mn\r\n", "mn\n", "mn x\r\n"])),
+            _ => self.meta_malformed(),
+        }
+    }
+
+    /// An opaque token (at most 32 bytes, `O` included).
+    fn opaque(&mut self) -> String {
+        let n = self.rng.range(0, 31);
+        let mut o = String::from("O");
+        for _ in 0..n {
+            o.push(*self.rng.pick(&['a', 'Z', '7', '-', ':', '_']));
+        }
+        o
+    }
+
+    /// The key as a meta command sends it: as is, or base64 under `b`.
+    fn meta_key(&mut self, key: &[u8], flags: &mut Vec<Vec<u8>>) -> Vec<u8> {
+        let encoded = base64(key);
+        // An encoded key over 250 bytes is refused before an ms length is
+        // read, and its data block would run as commands: not that way.
+        if encoded.len() <= 250 && self.rng.chance(50) {
+            flags.push(b"b".to_vec());
+            encoded.into_bytes()
+        } else {
+            key.to_vec()
+        }
+    }
+
+    /// Flag tokens in a random order, with the separators memcached takes.
+    fn push_flags(&mut self, cmd: &mut Cmd, mut flags: Vec<Vec<u8>>, cas_of: Option<&[u8]>) {
+        // Fisher-Yates with the seeded generator.
+        for i in (1..flags.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            flags.swap(i, j);
+        }
+        for f in flags {
+            let sep = self.sep();
+            cmd.push(sep);
+            if f == b"C" {
+                cmd.push("C");
+                match cas_of {
+                    Some(key) if self.rng.chance(800) => cmd.segs.push(Seg::Cas(key.to_vec())),
+                    _ => cmd.push(*self.rng.pick(&["0", "1", "999999999999"])),
+                }
+            } else {
+                cmd.push(f);
+            }
+        }
+    }
+
+    /// A TTL for `T`/`N`: any exptime, or (when the reply shows `t`) one
+    /// whose remaining time memcached prints sensibly (not one in the past).
+    fn meta_ttl(&mut self, shows_ttl: bool) -> String {
+        if shows_ttl {
+            (*self.rng.pick(&["0", "0", "3600", "86400"])).to_string()
+        } else {
+            self.touch_exptime()
+        }
+    }
+
+    fn meta_get(&mut self) -> Cmd {
+        let key = self.key();
+        self.batch_reads.insert(key.clone());
+        let mut flags: Vec<Vec<u8>> = Vec::new();
+        let sent_key = self.meta_key(&key, &mut flags);
+        let base64 = !flags.is_empty();
+        let shows_ttl = self.rng.chance(200);
+        for (flag, per_mille) in [
+            ("v", 600),
+            ("f", 300),
+            ("c", 250),
+            ("s", 200),
+            ("q", 150),
+            ("u", 50),
+        ] {
+            if self.rng.chance(per_mille) {
+                flags.push(flag.as_bytes().to_vec());
+            }
+        }
+        if shows_ttl {
+            flags.push(b"t".to_vec());
+        }
+        // `k` on a hit echoes whether the item was stored with `b`, which
+        // memshift does not keep: never `b` with `k` for mg.
+        if !base64
+            && !self.binary_keys.contains(&key)
+            && (self.rng.chance(250) || flags.contains(&b"c".to_vec()))
+        {
+            flags.push(b"k".to_vec());
+        }
+        if self.rng.chance(200) {
+            let o = self.opaque();
+            flags.push(o.into_bytes());
+        }
+        if self.rng.chance(120) {
+            let t = self.meta_ttl(shows_ttl);
+            flags.push(format!("T{t}").into_bytes());
+        }
+        let mut cmd = Cmd::lit("mg ");
+        cmd.push(&sent_key);
+        self.push_flags(&mut cmd, flags, None);
+        let eol = self.eol();
+        cmd.push(eol);
+        cmd
+    }
+
+    fn meta_set(&mut self) -> Cmd {
+        let key = self.key();
+        let value = self.value();
+        let mut flags: Vec<Vec<u8>> = Vec::new();
+        let sent_key = self.meta_key(&key, &mut flags);
+        let base64 = !flags.is_empty();
+        let mode = if self.rng.chance(400) {
+            *self.rng.pick(&["S", "E", "R", "A", "P"])
+        } else {
+            "S"
+        };
+        if mode != "S" || self.rng.chance(100) {
+            flags.push(format!("M{mode}").into_bytes());
+        }
+        let with_cas = self.rng.chance(120);
+        if with_cas {
+            flags.push(b"C".to_vec());
+        }
+        if self.rng.chance(500) {
+            let t = self.exptime();
+            flags.push(format!("T{t}").into_bytes());
+        }
+        if self.rng.chance(400) {
+            let f = self.flags();
+            flags.push(format!("F{f}").into_bytes());
+        }
+        for (flag, per_mille) in [("q", 150), ("s", 30)] {
+            if self.rng.chance(per_mille) {
+                flags.push(flag.as_bytes().to_vec());
+            }
+        }
+        // memshift does not serve I together with a CAS compare.
+        if !with_cas && self.rng.chance(30) {
+            flags.push(b"I".to_vec());
+        }
+        let cas = self.rng.chance(200);
+        if cas {
+            flags.push(b"c".to_vec());
+        }
+        if self.rng.chance(200) || (cas && !base64) {
+            flags.push(b"k".to_vec());
+        }
+        if self.rng.chance(150) {
+            let o = self.opaque();
+            flags.push(o.into_bytes());
+        }
+        if base64 {
+            self.binary_keys.insert(key.clone());
+        }
+        let mut cmd = Cmd::lit("ms ");
+        cmd.push(&sent_key);
+        cmd.push(format!(" {}", value.len()));
+        self.push_flags(&mut cmd, flags, Some(&key));
+        let eol = self.eol();
+        cmd.push(eol);
+        cmd.push(&value);
+        cmd.push("\r\n");
+        let big = match mode {
+            "A" | "P" => value.iter().any(u8::is_ascii_digit) || arith_unsafe(&value),
+            _ => arith_unsafe(&value),
+        };
+        if big {
+            self.maybe_big.insert(key);
+        } else if mode == "S" && !with_cas {
+            self.maybe_big.remove(&key);
+        }
+        cmd
+    }
+
+    fn meta_delete(&mut self) -> Cmd {
+        let key = self.key();
+        let mut flags: Vec<Vec<u8>> = Vec::new();
+        let sent_key = self.meta_key(&key, &mut flags);
+        for (flag, per_mille) in [("q", 200), ("k", 200), ("C", 150), ("T30", 30)] {
+            if self.rng.chance(per_mille) {
+                flags.push(flag.as_bytes().to_vec());
+            }
+        }
+        if self.rng.chance(150) {
+            let o = self.opaque();
+            flags.push(o.into_bytes());
+        }
+        let mut cmd = Cmd::lit("md ");
+        cmd.push(&sent_key);
+        self.push_flags(&mut cmd, flags, Some(&key));
+        let eol = self.eol();
+        cmd.push(eol);
+        cmd
+    }
+
+    fn meta_arith(&mut self) -> Cmd {
+        // Same key rules as incr/decr (see `arith`).
+        let mut key = Vec::new();
+        for _ in 0..20 {
+            key = if self.rng.chance(500) {
+                let i = self.rng.range(10, 12);
+                self.keys[i].clone()
+            } else {
+                self.key()
+            };
+            if !self.batch_reads.contains(&key) && !self.maybe_big.contains(&key) {
+                break;
+            }
+            key = format!("fresh{}", self.rng.below(1000)).into_bytes();
+        }
+        let mut flags: Vec<Vec<u8>> = Vec::new();
+        let sent_key = self.meta_key(&key, &mut flags);
+        let base64 = !flags.is_empty();
+        let shows_ttl = self.rng.chance(150);
+        if shows_ttl {
+            flags.push(b"t".to_vec());
+        }
+        let decr = self.rng.chance(400);
+        if decr {
+            flags.push((*self.rng.pick(&["MD", "M-"])).as_bytes().to_vec());
+        } else if self.rng.chance(200) {
+            flags.push((*self.rng.pick(&["MI", "M+"])).as_bytes().to_vec());
+        }
+        let mut big = false;
+        if self.rng.chance(500) {
+            let roll = self.rng.below(1000);
+            let delta = if roll < 700 {
+                self.rng.range(0, 20).to_string()
+            } else if roll < 850 {
+                self.rng.next().to_string()
+            } else if roll < 900 {
+                "18446744073709551615".into()
+            } else {
+                (*self.rng.pick(&["", "abc", "-1", "18446744073709551616"])).to_string()
+            };
+            big |= !decr && !matches!(delta.parse::<u64>(), Ok(d) if d < 1 << 32);
+            flags.push(format!("D{delta}").into_bytes());
+        }
+        if self.rng.chance(300) {
+            let n = self.meta_ttl(shows_ttl);
+            flags.push(format!("N{n}").into_bytes());
+            if self.rng.chance(500) {
+                let j = *self.rng.pick(&["0", "5", "100", "4294967296", "99999"]);
+                flags.push(format!("J{j}").into_bytes());
+            }
+        }
+        if self.rng.chance(100) {
+            let t = self.meta_ttl(shows_ttl);
+            flags.push(format!("T{t}").into_bytes());
+        }
+        if big {
+            self.maybe_big.insert(key.clone());
+        }
+        for (flag, per_mille) in [("v", 500), ("q", 150), ("C", 100)] {
+            if self.rng.chance(per_mille) {
+                flags.push(flag.as_bytes().to_vec());
+            }
+        }
+        let cas = self.rng.chance(150);
+        if cas {
+            flags.push(b"c".to_vec());
+        }
+        if self.rng.chance(200) || (cas && !base64) {
+            flags.push(b"k".to_vec());
+        }
+        if self.rng.chance(150) {
+            let o = self.opaque();
+            flags.push(o.into_bytes());
+        }
+        let mut cmd = Cmd::lit("ma ");
+        cmd.push(&sent_key);
+        self.push_flags(&mut cmd, flags, Some(&key));
+        let eol = self.eol();
+        cmd.push(eol);
+        cmd
+    }
+
+    /// Meta command lines memcached rejects (data blocks, swallowed or not,
+    /// only hold uppercase letters and digits).
+    fn meta_malformed(&mut self) -> Cmd {
+        let key = String::from_utf8_lossy(&self.key()).into_owned();
+        let line = match self.rng.below(20) {
+            0 => "mg\r\n".to_string(),
+            1 => format!("mg {key} X\r\n"),
+            2 => format!("mg {key} v v\r\n"),
+            3 => format!("mg {key} Tx v\r\n"),
+            4 => format!("mg {key} O{}\r\n", "x".repeat(40)),
+            5 => format!("mg {key} 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\n"),
+            6 => format!("md {key} x\r\n"),
+            7 => format!("ma {key} Mx\r\n"),
+            8 => format!("ma {key} Dabc\r\n"),
+            9 => format!("ms {key} 2 Mx\r\nAB\r\n"),
+            10 => format!("ms {key} x\r\nAB\r\n"),
+            11 => format!("ms {key} 2 X\r\nZZ\r\n"),
+            12 => format!("ms {key} 2\r\nABCD\r\n"),
+            13 => format!("ms {key} 2 F\r\nAB\r\n"),
+            14 => format!("ms {key}\r\nAB\r\n"),
+            15 => format!("ms {key} -1\r\nAB\r\n"),
+            16 => format!("mg {}\r\n", "k".repeat(251)),
+            17 => "mq x\r\n".to_string(),
+            18 => format!("mg {key} E1\r\n"),
+            _ => format!("ms {key} 1 MEE\r\nZ\r\n"),
+        };
+        Cmd::lit(line)
     }
 
     fn batch(&mut self) -> Vec<Cmd> {
@@ -1088,6 +1444,11 @@ impl Side {
                             self.last_cas.insert(key.clone(), *c);
                         }
                     }
+                    if let Some((key, c)) = meta_cas(&u) {
+                        if track_cas {
+                            self.last_cas.insert(key, c);
+                        }
+                    }
                     units.push(u);
                     if done {
                         return Ok(units);
@@ -1142,7 +1503,15 @@ fn normalize(units: &[Unit]) -> Vec<Norm> {
                     out.push(Norm::Stats);
                 }
             }
+            Unit::Line(l) if is_meta_line(l) => out.push(Norm::Line(meta_normalized(l))),
             Unit::Line(l) => out.push(Norm::Line(l.clone())),
+            Unit::Value { header, block, .. } if header.starts_with(b"VA ") => {
+                out.push(Norm::Value {
+                    header_without_cas: meta_normalized(header),
+                    has_cas: false,
+                    block: block.clone(),
+                });
+            }
             Unit::Value {
                 header, cas, block, ..
             } => {
@@ -1165,6 +1534,64 @@ fn normalize(units: &[Unit]) -> Vec<Norm> {
         }
     }
     out
+}
+
+/// A meta reply line (`HD`, `EN`, `NS`, `EX`, `NF`, `MN`, with flags).
+fn is_meta_line(l: &[u8]) -> bool {
+    let code = l.get(..2).unwrap_or_default();
+    matches!(code, b"HD" | b"EN" | b"NS" | b"EX" | b"NF" | b"MN")
+        && matches!(l.get(2), Some(b' ' | b'\r'))
+}
+
+/// The tokens of a meta reply line (without its `\r\n`).
+fn meta_tokens(l: &[u8]) -> Vec<&[u8]> {
+    let l = l.strip_suffix(b"\r\n").unwrap_or(l);
+    l.split(|&b| b == b' ').collect()
+}
+
+/// A meta reply line with what may differ abstracted: a CAS unique (`c<n>`,
+/// n > 0: checked per key with `meta_cas` instead) and a remaining TTL
+/// (`t<n>`, n > 0: memcached counts whole seconds on its own clock).
+fn meta_normalized(l: &[u8]) -> Vec<u8> {
+    let toks = meta_tokens(l);
+    let mut out = Vec::with_capacity(l.len());
+    for (i, t) in toks.iter().enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        let positive = |rest: &[u8]| {
+            !rest.is_empty() && rest.iter().all(u8::is_ascii_digit) && rest[0] != b'0'
+        };
+        match t.split_first() {
+            Some((b'c', rest)) if i > 0 && positive(rest) => out.extend_from_slice(b"c#"),
+            Some((b't', rest)) if i > 0 && positive(rest) => out.extend_from_slice(b"t#"),
+            _ => out.extend_from_slice(t),
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The (key, CAS unique) a meta reply reports with `k` and `c` (not for
+/// base64 keys).
+fn meta_cas(u: &Unit) -> Option<(Vec<u8>, u64)> {
+    let l = match u {
+        Unit::Line(l) if is_meta_line(l) => l,
+        Unit::Value { header, .. } if header.starts_with(b"VA ") => header,
+        _ => return None,
+    };
+    let toks = meta_tokens(l);
+    if toks.iter().skip(1).any(|t| *t == b"b") {
+        return None;
+    }
+    let key = toks.iter().skip(1).find_map(|t| t.strip_prefix(b"k"))?;
+    let cas = toks
+        .iter()
+        .skip(1)
+        .find_map(|t| t.strip_prefix(b"c"))
+        .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok())
+        .filter(|&c| c > 0)?;
+    Some((key.to_vec(), cas))
 }
 
 /// Per key, a bijection between reference and target CAS uniques.
@@ -1221,6 +1648,12 @@ fn compare(cas: &mut CasMap, r: &[Unit], t: &[Unit]) -> Result<(), (usize, Strin
         {
             cas.check(key, *x, *y).map_err(|e| (i, e))?;
         }
+    }
+    // Meta replies with `k` and `c`, as for gets.
+    let rm = r.iter().filter_map(meta_cas);
+    let tm = t.iter().filter_map(meta_cas);
+    for (i, ((key, x), (_, y))) in rm.zip(tm).enumerate() {
+        cas.check(&key, x, y).map_err(|e| (i, e))?;
     }
     Ok(())
 }
@@ -1611,16 +2044,138 @@ const FIXED_SCRIPT: &[(&str, &[u8])] = &[
     ),
 ];
 
+/// Meta commands: every reply kind (`HD`, `VA`, `EN`, `NS`, `EX`, `NF`,
+/// `MN`), the return flags, `q`, modes, base64 keys, and the error lines,
+/// each checked against memcached on one connection of fresh servers.
+const META_SCRIPT: &[(&str, &[u8])] = &[
+    ("mn", b"mn\r\nmn x\r\n"),
+    (
+        "mg miss, hit, flags in request order",
+        b"mg ms:a v\r\nmg ms:a k O1 v\r\nms ms:a 2 T0 F5\r\nhi\r\nmg ms:a\r\nmg ms:a v\r\n\
+          mg ms:a s v f t c k O123\r\nmg ms:a O9 k c f s t v\r\nmg ms:a vv kk\r\n",
+    ),
+    (
+        "mg q hides only the miss",
+        b"mg ms:nope q v\r\nmg ms:nope q k O1\r\nmn\r\nms ms:b 1\r\nx\r\nmg ms:b q\r\nmg ms:b q v k\r\nmn\r\n",
+    ),
+    (
+        "mg T touches, t before and after it",
+        b"ms ms:c 2\r\nhi\r\nmg ms:c t\r\nmg ms:c T3600 t\r\nmg ms:c t T0\r\nmg ms:c t\r\n\
+          mg ms:c T-1 v\r\nmg ms:c v\r\n",
+    ),
+    (
+        "mg and classic commands see the same items",
+        b"set ms:d 7 0 3\r\nabc\r\nmg ms:d v f s\r\nms ms:e 3 F9\r\nxyz\r\ngets ms:e\r\n\
+          append ms:e 0 0 1\r\n!\r\nmg ms:e v f\r\nincr ms:e 1\r\n",
+    ),
+    (
+        "ms modes",
+        b"ms ms:f 2 MR\r\nhi\r\nms ms:f 2 ME k O1 c\r\nhi\r\nms ms:f 2 ME c k\r\nzz\r\n\
+          ms ms:f 2 MA\r\n!!\r\nms ms:f 2 MP\r\n<<\r\nmg ms:f v\r\nms ms:g 1 MA\r\nx\r\n\
+          ms ms:g 1 MP\r\nx\r\nms ms:f 1 MR T0 F3\r\nr\r\nmg ms:f v f\r\nms ms:f 1 MS\r\ns\r\nmg ms:f v\r\n",
+    ),
+    (
+        "ms q hides only HD",
+        b"ms ms:h 1 q\r\nx\r\nms ms:h 1 ME q\r\nx\r\nms ms:i 1 MR q\r\nx\r\nmn\r\n",
+    ),
+    (
+        "ms CAS",
+        b"ms ms:j 2 c k\r\nhi\r\nms ms:j 2 C1\r\nzz\r\nms ms:j 2 C0 c k\r\nzz\r\nms ms:none 2 C1 c k\r\nzz\r\n\
+          ms ms:none 2 MR C1\r\nzz\r\nms ms:j 2 MA C1\r\nzz\r\nms ms:none 2 MA C1\r\nzz\r\n\
+          ms ms:none2 2 ME C1\r\nzz\r\nmg ms:none2 v\r\nmg ms:j v\r\n",
+    ),
+    (
+        "ms TTL and flags",
+        b"ms ms:k 2 T-1\r\nhi\r\nmg ms:k v\r\nms ms:k 2 F4294967295 T0\r\nhi\r\nmg ms:k f\r\n\
+          ms ms:k 2 F4294967296\r\nhi\r\nmg ms:k f\r\nms ms:k 0\r\n\r\nmg ms:k v s f\r\nms ms:k 1 I s S\r\nx\r\n",
+    ),
+    (
+        "ms errors and what they swallow",
+        b"ms ms:l\r\nAB\r\nms ms:l x\r\nAB\r\nms ms:l -1\r\nAB\r\nms ms:l 2 X\r\nmn\r\nms ms:l 2 Mx\r\nAB\r\n\
+          ms ms:l 2 Ma\r\nAB\r\nms ms:l 2 MEE\r\nAB\r\nms ms:l 2 F\r\nAB\r\nms ms:l 2 Tx\r\nAB\r\nms ms:l 2 C\r\nAB\r\n\
+          ms ms:l 2 MS MS\r\nAB\r\nms ms:l 2\r\nABCD\r\nms ms:l 2 q\r\nABCD\r\nms ms:l 2 E1\r\nAB\r\n\
+          ms ms:l 2 O12345678901234567890123456789012\r\nAB\r\nmg ms:l v\r\n",
+    ),
+    (
+        "md",
+        b"md ms:m\r\nmd ms:m q\r\nmd ms:m k O1 q\r\nms ms:m 1\r\nx\r\nmd ms:m q\r\nmn\r\nmg ms:m v\r\n\
+          ms ms:m 1 c k\r\nx\r\nmd ms:m C1 k\r\nmd ms:m C0\r\nmd ms:m O5 k\r\nmd ms:m T30\r\n",
+    ),
+    (
+        "md errors",
+        b"md\r\nmd ms:n x\r\nmd ms:n Cx\r\nmd ms:n q q\r\nmd ms:n 1 2\r\nmd ms:n O12345678901234567890123456789012\r\n",
+    ),
+    (
+        "ma",
+        b"ma ms:o\r\nma ms:o q\r\nma ms:o N0\r\nma ms:o\r\nma ms:o v\r\nma ms:o v t c k O1\r\n\
+          ma ms:o MD v\r\nma ms:o M- D5 v\r\nma ms:o MI D100 v\r\nma ms:o M+ v\r\nma ms:o q\r\nma ms:o v q\r\n\
+          mn\r\nmg ms:o v\r\n",
+    ),
+    (
+        "ma create, CAS, TTL",
+        b"ma ms:p N0 J42 v\r\nma ms:q N3600 J7 v t\r\nma ms:r q N0\r\nma ms:s N0 v q\r\nma ms:t O1 k v\r\n\
+          ma ms:p C1\r\nma ms:p C0 v c k\r\nma ms:p T3600 t v\r\nma ms:p t\r\nma ms:u T50 N0 t\r\nma ms:v t N0 T3600\r\n\
+          mg ms:v t v\r\nma ms:w N0 J18446744073709551615 v\r\nma ms:w v\r\n",
+    ),
+    (
+        "ma on classic items",
+        b"set ms:x 3 0 3\r\n100\r\nma ms:x MD v\r\nmg ms:x v f\r\nincr ms:x 1\r\nma ms:x D18446744073709551615 v\r\n\
+          set ms:y 0 0 2\r\nhi\r\nma ms:y\r\nma ms:y q\r\n",
+    ),
+    (
+        // memcached sets T's TTL on the item it updated; a result longer
+        // than the old value is a new item, which keeps the old TTL.
+        "ma T only sticks when the number is rewritten in place",
+        b"set ms:yb 0 0 1\r\n5\r\nma ms:yb T-1 v\r\nmg ms:yb v\r\nset ms:yc 0 0 1\r\n9\r\nma ms:yc T-1 v\r\n\
+          mg ms:yc v t\r\nset ms:yd 0 0 1\r\n5\r\nma ms:yd T0 t\r\nmg ms:yd t\r\n",
+    ),
+    (
+        // memcached refuses an empty value before it compares the CAS, and
+        // an append with C0 does not compare at all.
+        "ma on an empty value, append with C0",
+        b"set ms:ya 0 0 0\r\n\r\nma ms:ya C1 v\r\nma ms:ya C0\r\nms ms:ya 2 MA C0 k\r\n12\r\nms ms:ya 1 MP C1\r\n0\r\n\
+          mg ms:ya v\r\n",
+    ),
+    (
+        "ma errors",
+        b"ma\r\nma ms:z Mi\r\nma ms:z Mx\r\nma ms:z D\r\nma ms:z Dx\r\nma ms:z J\r\nma ms:z D18446744073709551616\r\n\
+          ma ms:z X\r\nma ms:z 5\r\n",
+    ),
+    (
+        "base64 keys",
+        b"ms YWJj 2 b\r\nhi\r\nmg YWJj b v\r\nmg YWI= b k\r\nmg YW=j b k\r\nmg YWJjZA=x b k O1\r\n\
+          mg YWI b k\r\nmg YW*j b\r\nmg ==== b\r\nmd YWJj b k\r\nmd YWJj b k\r\nma YWJj b k N0\r\nma YWJj b k v\r\n\
+          ms YWJj 2 b k c O1\r\nhi\r\nms AA== 1 b\r\nz\r\nmg AA== b k v\r\n",
+    ),
+    (
+        "general flag errors",
+        b"mg\r\nmg ms:e X\r\nmg ms:e v v\r\nmg ms:e E5\r\nmg ms:e Tx\r\nmg ms:e Tx X\r\nmg ms:e Tx Jx\r\n\
+          mg ms:e Fx\r\nmg ms:e MEE\r\nmg ms:e Mx C5 D9 J1 I F1 T0 u\r\nmg ms:e O12345678901234567890123456789012\r\n\
+          mg ms:e 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\nmx ms:e\r\nmgx ms:e\r\n",
+    ),
+];
+
+#[test]
+fn differential_meta_script() {
+    run_script("differential_meta_script", META_SCRIPT);
+}
+
 #[test]
 fn differential_fixed_script() {
-    let Some((reference, target)) = start_sides("differential_fixed_script") else {
+    run_script("differential_fixed_script", FIXED_SCRIPT);
+}
+
+/// Runs `script` on one connection of fresh servers, comparing replies.
+fn run_script(test: &str, script: &[(&str, &[u8])]) {
+    let Some((reference, target)) = start_sides(test) else {
         return;
     };
     let mut r = Side::connect("reference memcached", &reference.addr());
     let mut t = Side::connect(target.name(), &target.addr());
     let mut cas = CasMap::default();
     let mut diffs = Vec::new();
-    for (name, script) in FIXED_SCRIPT {
+    for (name, bytes) in script {
+        let script = *bytes;
         let mut req = script.to_vec();
         req.extend_from_slice(b"version\r\n");
         match exchange(&mut r, &mut t, &mut cas, &req, &req, false) {
@@ -1649,7 +2204,7 @@ fn differential_fixed_script() {
         diffs.is_empty(),
         "{} of {} fixed scripts differ:\n{}",
         diffs.len(),
-        FIXED_SCRIPT.len(),
+        script.len(),
         diffs.join("\n")
     );
 }

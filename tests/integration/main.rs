@@ -9,6 +9,7 @@ mod cas_concurrency;
 mod deploy;
 mod differential;
 mod memccapable;
+mod meta_capable;
 mod migration;
 mod observability;
 mod ops;

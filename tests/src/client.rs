@@ -286,8 +286,18 @@ impl McClient {
 /// `(key, flags, bytes, cas)` of a `VALUE` line.
 type ValueHeader = (Vec<u8>, Vec<u8>, usize, Option<u64>);
 
-/// Parses `VALUE <key> <flags> <bytes>[ <cas>]\r\n`.
+/// Parses `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, or a meta `VA <bytes>
+/// <flags>*\r\n` (framed as a value with an empty key and flags).
 fn parse_value_header(line: &[u8]) -> Option<ValueHeader> {
+    if let Some(body) = line.strip_prefix(b"VA ") {
+        let body = body.strip_suffix(b"\r\n")?;
+        let len = body.split(|&b| b == b' ').next()?;
+        let len: usize = std::str::from_utf8(len).ok()?.parse().ok()?;
+        if len > MAX_BLOCK {
+            return None;
+        }
+        return Some((Vec::new(), Vec::new(), len, None));
+    }
     let body = line.strip_prefix(b"VALUE ")?.strip_suffix(b"\r\n")?;
     let parts: Vec<&[u8]> = body.split(|&b| b == b' ').collect();
     if parts.len() != 3 && parts.len() != 4 {

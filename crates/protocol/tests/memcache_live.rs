@@ -5,8 +5,9 @@
 //! parser's verdicts imply on an empty cache (see
 //! `memcache_support::render_on_empty_cache`), and the connection must be
 //! closed in the same cases. Skipped with a message when memcached is not
-//! installed. Meta commands are left out on purpose: memcached serves them,
-//! this server answers ERROR.
+//! installed. Meta commands are in (`meta_cases`), except `me` (memcached
+//! serves it, this server answers ERROR) and the flags memshift does not
+//! serve (mg N/R/h/l, md I, ms I with C: answered `CLIENT_ERROR invalid flag`).
 
 mod memcache_support;
 
@@ -195,9 +196,162 @@ fn cases() -> Vec<Vec<u8>> {
             c.push(input);
         }
     }
+    c.extend(meta_cases());
     let mut big = b"set b 0 0 2000000 noreply\r\n".to_vec();
     big.resize(big.len() + 2_000_000, b'x');
     big.extend(b"\r\n");
+    c.push(big);
+    c
+}
+
+/// Meta commands on an empty cache: every error path, and requests whose
+/// reply does not depend on stored items.
+fn meta_cases() -> Vec<Vec<u8>> {
+    let k250 = "k".repeat(250);
+    let k251 = "k".repeat(251);
+    let mut c: Vec<Vec<u8>> = [
+        "mn\r\n",
+        "mn x y\r\n",
+        "mz\r\n",
+        "mx a\r\n",
+        "mgx a\r\n",
+        "mg\r\n",
+        "mg \r\n",
+        "mg a\r\n",
+        "mg a v\r\n",
+        "mg a q\r\nmn\r\n",
+        "mg a v f t c s k O123 q u\r\n",
+        "mg a k O1\r\n",
+        "mg a O1 k\r\n",
+        "mg a vv kk\r\n",
+        "mg a v v\r\n",
+        "mg a X\r\n",
+        "mg a E5\r\n",
+        "mg a \x7f\r\n",
+        "mg a \u{e9}x\r\n",
+        "mg a T\r\n",
+        "mg a Tx\r\n",
+        "mg a Tx X\r\n",
+        "mg a X Tx\r\n",
+        "mg a Tx Jx\r\n",
+        "mg a Jx Tx\r\n",
+        "mg a Fx\r\n",
+        "mg a Tx Fx\r\n",
+        "mg a Cx\r\n",
+        "mg a Dx\r\n",
+        "mg a M\r\n",
+        "mg a MEE\r\n",
+        "mg a Mx C5 D9 J1 I F1 T0 u\r\n",
+        "mg a T30 t\r\n",
+        "mg a O12345678901234567890123456789012\r\n",
+        "mg a O1234567890123456789012345678901\r\n",
+        "mg a q O12345678901234567890123456789012\r\n",
+        "mg a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q\r\n",
+        "mg a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\n",
+        "mg YWJj b k v\r\n",
+        "mg YW=j b k\r\n",
+        "mg YWJjZA=x b k O1\r\n",
+        "mg YWI b k\r\n",
+        "mg YW*j b\r\n",
+        "mg ==== b\r\n",
+        "mg YWJj b b\r\n",
+        "md\r\n",
+        "md a\r\n",
+        "md a q\r\n",
+        "md a k O1 q\r\n",
+        "md a C5\r\n",
+        "md a x\r\n",
+        "md a Cx\r\n",
+        "md a q q\r\n",
+        "md a 1 2\r\n",
+        "md a T5 O9\r\n",
+        "md a O12345678901234567890123456789012\r\n",
+        "md a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\n",
+        "md YWJj b k\r\n",
+        "md YWI b k\r\n",
+        "ma\r\n",
+        "ma a\r\n",
+        "ma a q\r\n",
+        "ma a v t c k O1\r\n",
+        "ma a MD D5 q\r\n",
+        "ma a Mi\r\n",
+        "ma a Mx\r\n",
+        "ma a M++\r\n",
+        "ma a D\r\n",
+        "ma a Dx\r\n",
+        "ma a J\r\n",
+        "ma a D18446744073709551616\r\n",
+        "ma a X\r\n",
+        "ma a 5\r\n",
+        "ma a Mx X\r\n",
+        "ma a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\n",
+        "ma YWJj b k\r\n",
+        "ms\r\n",
+        "ms a\r\nhi\r\n",
+        "ms a 2\r\nhi\r\n",
+        "ms a 2 q\r\nhi\r\nmn\r\n",
+        "ms a 2 T0 F5 k O1 b\r\nhi\r\n",
+        "ms YWJj 2 T0 F5 k O1 b\r\nhi\r\n",
+        "ms a 2 k O1 s\r\nhi\r\n",
+        "ms a 0\r\n\r\n",
+        "ms a 2 ME\r\nhi\r\n",
+        "ms a 2 MR k\r\nhi\r\n",
+        "ms a 2 MA\r\nhi\r\n",
+        "ms a 2 MP q\r\nhi\r\n",
+        "ms a 2 MS q\r\nhi\r\n",
+        "ms a 2 C5 O2\r\nhi\r\n",
+        "ms a 2 MR C5\r\nhi\r\n",
+        "ms a 2 ME C5\r\nhi\r\n",
+        "ms a 2 MA C5\r\nhi\r\n",
+        "ms a 2 I\r\nhi\r\n",
+        "ms a 2 Ma\r\nhi\r\n",
+        "ms a 2 Mx\r\nhi\r\n",
+        "ms a 2 MEE\r\nhi\r\n",
+        "ms a 2 M\r\nhi\r\n",
+        "ms a 2 MS MS\r\nhi\r\n",
+        "ms a 2 X\r\nhi\r\n",
+        "ms a 2 X\r\nmn\r\n",
+        "ms a 2 E5\r\nhi\r\n",
+        "ms a 2 S\r\nhi\r\n",
+        "ms a 2 F\r\nhi\r\n",
+        "ms a 2 Fx\r\nhi\r\n",
+        "ms a 2 F-1\r\nhi\r\n",
+        "ms a 2 F4294967296\r\nhi\r\n",
+        "ms a 2 T\r\nhi\r\n",
+        "ms a 2 Tx q\r\nhi\r\n",
+        "ms a 2 C\r\nhi\r\n",
+        "ms a 2 Mx O12345678901234567890123456789012\r\nhi\r\n",
+        "ms a 2 O12345678901234567890123456789012\r\nhi\r\n",
+        "ms a x\r\nhi\r\n",
+        "ms a -1\r\nhi\r\n",
+        "ms a 2\r\nhiXX\r\n",
+        "ms a 2 q\r\nhiXX\r\n",
+        "ms a 2 1 2 3 4 5 6 7 8 9 0 A B G H K L\r\nhi\r\n",
+        "ms a 2 1 2 3 4 5 6 7 8 9 0 A B G H K\r\nhi\r\n",
+        "ms YWI 2 b\r\nhi\r\n",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    for prefix in ["mg ", "md ", "ma "] {
+        c.push(format!("{prefix}{k250}\r\n").into_bytes());
+        c.push(format!("{prefix}{k251}\r\n").into_bytes());
+        c.push(format!("{prefix}{k251} q\r\n").into_bytes());
+    }
+    c.push(format!("ms {k250} 1\r\nx\r\n").into_bytes());
+    c.push(format!("ms {k251} 1\r\nx\r\n").into_bytes());
+    // Item size threshold, as for set.
+    for (flags, fits) in [(0, 1048516), (1, 1048512)] {
+        for len in [fits, fits + 1] {
+            let mut input = format!("ms b {len} F{flags}\r\n").into_bytes();
+            input.resize(input.len() + len, b'x');
+            input.extend(b"\r\n");
+            c.push(input);
+        }
+    }
+    let mut big = b"ms b 2000000 X\r\n".to_vec();
+    big.resize(big.len() + 2_000_000, b'x');
+    big.extend(b"\r\nmn\r\n");
     c.push(big);
     c
 }

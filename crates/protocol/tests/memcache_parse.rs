@@ -10,8 +10,8 @@ mod memcache_support;
 
 use memcache_support::{run, Event};
 use memshift_protocol::memcache::{
-    parse_request, reply, ArithCommand, ParseLimits, Parsed, ProtocolError, Request,
-    RetrievalCommand, StorageCommand, ITEM_OVERHEAD,
+    base64, parse_request, reply, ArithCommand, MetaCommand, MetaFlags, MetaSetMode, ParseLimits,
+    Parsed, ProtocolError, Request, RetrievalCommand, StorageCommand, ITEM_OVERHEAD,
 };
 
 const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
@@ -973,29 +973,271 @@ fn long_multigets_are_fine() {
 
 // ------------------------------------------------------------------ meta
 
+fn meta(input: &[u8]) -> (MetaCommand, Vec<u8>, Vec<u8>, Vec<u8>, MetaFlags) {
+    match complete(input) {
+        Request::Meta {
+            command,
+            key,
+            tokens,
+            data,
+            flags,
+        } => (command, key.to_vec(), tokens.to_vec(), data.to_vec(), flags),
+        other => panic!("{input:?}: not a meta command: {other:?}"),
+    }
+}
+
 #[test]
-fn meta_commands_are_not_served() {
-    // memcached 1.6.18 serves mg/ms/md/ma/mn/me (and answers ERROR to other
-    // two-letter m commands like `mx`). This server does not translate meta
-    // commands, so all of them get ERROR...
-    for line in [
-        &b"mn\r\n"[..],
-        b"mg a v f t\r\n",
-        b"md a q\r\n",
-        b"ma a\r\n",
-        b"me a\r\n",
-        b"mx a\r\n",
-    ] {
+fn meta_noop_takes_anything() {
+    assert_eq!(complete(b"mn\r\n"), Request::MetaNoop);
+    assert_eq!(complete(b"mn x y\r\n"), Request::MetaNoop);
+    // `me` (memcached's debug dump) is not served; unknown m? commands are
+    // unknown, as in memcached.
+    for line in [&b"me a\r\n"[..], b"me\r\n", b"mx a\r\n", b"mz\r\n"] {
         assert_reply(line, ERROR);
     }
-    // ... and the data block of an ms is swallowed with it, so that one
-    // request gets one reply.
-    assert_eq!(
-        stream(b"ms a 2 T0\r\nhi\r\nversion\r\n"),
-        ["ERROR", "<version>"]
+}
+
+#[test]
+fn meta_get_flags() {
+    let (command, key, tokens, data, flags) = meta(b"mg foo v f  t c k s O123 q u T30\r\n");
+    assert_eq!(command, MetaCommand::Get);
+    assert_eq!(key, b"foo");
+    assert_eq!(tokens, b"v f  t c k s O123 q u T30");
+    assert!(data.is_empty());
+    assert!(flags.value && flags.quiet && flags.return_ttl && !flags.base64);
+    assert_eq!(flags.ttl, Some(30));
+    // Only the first byte of a token names the flag.
+    let (.., flags) = meta(b"mg foo vv\r\n");
+    assert!(flags.value);
+    // No flags: an empty token region.
+    let (_, _, tokens, _, flags) = meta(b"mg foo\r\n");
+    assert!(tokens.is_empty() && !flags.value);
+    // Flags that only other verbs use are accepted (and ignored).
+    meta(b"mg a Mx C5 D9 J1 I F1 u\r\n");
+}
+
+#[test]
+fn meta_errors_in_memcached_order() {
+    // Observed from memcached 1.6.18.
+    assert_reply(b"mg\r\n", ERROR);
+    assert_reply(b"md\r\n", ERROR);
+    assert_reply(b"ma\r\n", ERROR);
+    let k251 = [&b"mg "[..], &[b'k'; 251], b" X X\r\n"].concat();
+    assert_reply(&k251, BAD_FORMAT);
+    assert_reply(
+        b"mg a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\n",
+        b"CLIENT_ERROR options flags are too long\r\n",
     );
-    // Without a usable length the data line is its own command.
-    assert_eq!(stream(b"ms a\r\nhi\r\n"), ["ERROR", "ERROR"]);
+    assert_reply(
+        b"md a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\n",
+        b"CLIENT_ERROR options flags too long\r\n",
+    );
+    // 17 flags are fine (the first is invalid).
+    assert_reply(
+        b"mg a 1 2 3 4 5 6 7 8 9 0 A B G H K L Q\r\n",
+        b"CLIENT_ERROR invalid flag\r\n",
+    );
+    assert_reply(b"mg a v v\r\n", b"CLIENT_ERROR duplicate flag\r\n");
+    assert_reply(b"mg a \x7f\r\n", b"CLIENT_ERROR duplicate flag\r\n");
+    assert_reply(b"mg a E5\r\n", b"CLIENT_ERROR invalid flag\r\n");
+    // Value errors are reported after every flag was read: the last wins,
+    // but an unknown or repeated flag stops at once.
+    let bad_token = b"CLIENT_ERROR bad token in command line format\r\n";
+    assert_reply(b"mg a Tx\r\n", bad_token);
+    assert_reply(b"mg a Tx X\r\n", b"CLIENT_ERROR invalid flag\r\n");
+    assert_reply(
+        b"mg a Tx Jx\r\n",
+        b"CLIENT_ERROR invalid numeric initial value\r\n",
+    );
+    assert_reply(b"mg a Jx Tx\r\n", bad_token);
+    assert_reply(
+        b"mg a Dx\r\n",
+        b"CLIENT_ERROR invalid numeric delta value\r\n",
+    );
+    assert_reply(b"mg a Fx\r\n", BAD_FORMAT);
+    assert_reply(b"mg a Tx Fx\r\n", bad_token);
+    assert_reply(
+        b"mg a MEE\r\n",
+        b"CLIENT_ERROR incorrect length for M token\r\n",
+    );
+    assert_reply(b"mg YWI b\r\n", b"CLIENT_ERROR error decoding key\r\n");
+    // md and ma say the same thing about every flag error.
+    for line in [
+        &b"md a x\r\n"[..],
+        b"md a Cx\r\n",
+        b"ma a Dx\r\n",
+        b"ma a 5\r\n",
+    ] {
+        assert_reply(line, b"CLIENT_ERROR invalid or duplicate flag\r\n");
+    }
+    assert_reply(
+        b"ma a Mx\r\n",
+        b"CLIENT_ERROR invalid mode for ma M token\r\n",
+    );
+    assert_reply(
+        b"ma a Mi\r\n",
+        b"CLIENT_ERROR invalid mode for ma M token\r\n",
+    );
+    // An opaque is at most 32 bytes, its `O` included; errors ignore `q`.
+    let opaque33 = b"mg a q O12345678901234567890123456789012\r\n";
+    assert_reply(opaque33, b"CLIENT_ERROR opaque token too long\r\n");
+    meta(b"mg a O1234567890123456789012345678901\r\n");
+}
+
+#[test]
+fn meta_flags_memshift_does_not_serve() {
+    let invalid = b"CLIENT_ERROR invalid flag\r\n";
+    for line in [
+        &b"mg a N30\r\n"[..],
+        b"mg a R30\r\n",
+        b"mg a h\r\n",
+        b"mg a l\r\n",
+        b"md a I\r\n",
+    ] {
+        assert_reply(line, invalid);
+    }
+    assert_eq!(rejected(b"ms a 2 I C5\r\nhi\r\n"), (&invalid[..], 17));
+    // Without a CAS compare memcached ignores I on ms.
+    meta(b"ms a 2 I\r\nhi\r\n");
+}
+
+#[test]
+fn meta_set_modes_and_data() {
+    let (command, key, tokens, data, flags) = meta(b"ms foo 4 T10 F7 c k ME\r\nab\r\n\r\n");
+    assert_eq!(command, MetaCommand::Set);
+    assert_eq!(
+        (&key[..], &tokens[..], &data[..]),
+        (&b"foo"[..], &b"T10 F7 c k ME"[..], &b"ab\r\n"[..])
+    );
+    assert_eq!((flags.ttl, flags.client_flags), (Some(10), 7));
+    assert_eq!(flags.set_mode, MetaSetMode::Add);
+    for (mode, want) in [
+        ("S", MetaSetMode::Set),
+        ("E", MetaSetMode::Add),
+        ("R", MetaSetMode::Replace),
+        ("A", MetaSetMode::Append),
+        ("P", MetaSetMode::Prepend),
+    ] {
+        let input = format!("ms a 1 M{mode}\r\nx\r\n");
+        assert_eq!(meta(input.as_bytes()).4.set_mode, want);
+    }
+    let (.., flags) = meta(b"ms a 1 C99 q\r\nx\r\n");
+    assert_eq!(flags.compare_cas, Some(99));
+    assert!(flags.quiet);
+    let (_, _, tokens, data, _) = meta(b"ms a 0\r\n\r\n");
+    assert!(tokens.is_empty() && data.is_empty());
+}
+
+#[test]
+fn meta_set_errors_and_what_they_swallow() {
+    // Before the length is known: the data line is the next command.
+    assert_eq!(
+        stream(b"ms a\r\nhi\r\n"),
+        ["CLIENT_ERROR bad command line format", "ERROR"]
+    );
+    assert_eq!(
+        stream(b"ms a x\r\nhi\r\n"),
+        ["CLIENT_ERROR bad command line format", "ERROR"]
+    );
+    assert_eq!(
+        stream(b"ms a -1\r\nhi\r\n"),
+        ["CLIENT_ERROR bad command line format", "ERROR"]
+    );
+    assert_eq!(
+        stream(b"ms a 2 1 2 3 4 5 6 7 8 9 0 A B G H K L W\r\nhi\r\n"),
+        ["CLIENT_ERROR options flags too long", "ERROR"]
+    );
+    // After: the data block goes with the error.
+    assert_eq!(stream(b"ms a 2 X\r\nmn\r\n"), ["CLIENT_ERROR invalid flag"]);
+    assert_eq!(
+        stream(b"ms a 2 Mx\r\nhi\r\nmn\r\n"),
+        ["CLIENT_ERROR invalid mode for ms M token", "<mn>"]
+    );
+    assert_eq!(
+        stream(b"ms a 2 Ma\r\nhi\r\n"),
+        ["CLIENT_ERROR invalid mode for ms M token"]
+    );
+    // An invalid mode is reported before a long opaque.
+    assert_eq!(
+        stream(b"ms a 2 Mx O12345678901234567890123456789012\r\nhi\r\n"),
+        ["CLIENT_ERROR invalid mode for ms M token"]
+    );
+    assert_eq!(
+        stream(b"ms a 2 F\r\nhi\r\n"),
+        ["CLIENT_ERROR bad command line format"]
+    );
+    // Bad data chunk: length + 2 bytes consumed, even under q.
+    assert_eq!(
+        stream(b"ms a 2 q\r\nhiXX\r\n"),
+        ["CLIENT_ERROR bad data chunk", "ERROR"]
+    );
+    // Too large: swallowed whole, before it arrives.
+    let limits = ParseLimits::default();
+    let fits = limits.max_data_len(1, 0);
+    let line = format!("ms b {}\r\n", fits + 1);
+    assert_eq!(
+        rejected(line.as_bytes()),
+        (TOO_LARGE, line.len() + fits + 3)
+    );
+    let line = format!("ms b {fits}\r\n");
+    assert_eq!(parse(line.as_bytes()), Parsed::Incomplete);
+    // Non-zero flags take 4 bytes more, as with set.
+    let line = format!("ms b {fits} F1\r\n");
+    assert_eq!(rejected(line.as_bytes()).0, TOO_LARGE);
+}
+
+#[test]
+fn meta_base64_keys() {
+    let (_, key, _, _, flags) = meta(b"mg YWJj b k v\r\n");
+    // The key stays encoded in the request (it must point into the input).
+    assert_eq!(key, b"YWJj");
+    assert!(flags.base64);
+    assert_eq!(base64::decode(&key).as_deref(), Some(&b"abc"[..]));
+    // The size limit counts the decoded key.
+    let limits = ParseLimits::default();
+    let fits = limits.max_data_len(3, 0);
+    let line = format!("ms YWJj {} b\r\n", fits + 1);
+    assert_eq!(rejected(line.as_bytes()).0, TOO_LARGE);
+    let line = format!("ms YWJj {fits} b\r\n");
+    assert_eq!(parse(line.as_bytes()), Parsed::Incomplete);
+}
+
+#[test]
+fn meta_arith_modes() {
+    let (command, .., flags) = meta(b"ma n\r\n");
+    assert_eq!(command, MetaCommand::Arith);
+    assert_eq!(
+        (flags.delta, flags.decrement, flags.vivify),
+        (1, false, None)
+    );
+    for (mode, decrement) in [("I", false), ("+", false), ("D", true), ("-", true)] {
+        let input = format!("ma n M{mode} D5 N0 J7\r\n");
+        let (.., flags) = meta(input.as_bytes());
+        assert_eq!(flags.decrement, decrement);
+        assert_eq!((flags.delta, flags.initial, flags.vivify), (5, 7, Some(0)));
+    }
+    let (.., flags) = meta(b"ma n D18446744073709551615\r\n");
+    assert_eq!(flags.delta, u64::MAX);
+}
+
+#[test]
+fn meta_prefixes_are_incomplete() {
+    for request in [
+        &b"mn\r\n"[..],
+        b"mg a v\r\n",
+        b"ms a 3 T0\r\nabc\r\n",
+        b"md a q\r\n",
+        b"ma a N0 J5\r\n",
+    ] {
+        assert!(matches!(parse(request), Parsed::Complete { .. }));
+        for cut in 0..request.len() {
+            assert_eq!(
+                parse(&request[..cut]),
+                Parsed::Incomplete,
+                "{request:?} cut {cut}"
+            );
+        }
+    }
 }
 
 // --------------------------------------------------------- incremental input
@@ -1050,6 +1292,10 @@ fn request_slices_point_into_the_input() {
         b"get a b\r\n",
         b"stats\r\n",
         b"stats items\r\n",
+        b"mg a\r\n",
+        b"mg a v\r\n",
+        b"ms a 0\r\n\r\n",
+        b"ma a\r\n",
     ];
     for input in inputs {
         let base = input.as_ptr() as usize;

@@ -14,7 +14,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 
 /// Every command the proxy counts, in the order [`command_index`] numbers
 /// them. The strings are the `command` label values.
-pub const COMMANDS: [&str; 19] = [
+pub const COMMANDS: [&str; 24] = [
     "get",
     "gets",
     "gat",
@@ -34,6 +34,11 @@ pub const COMMANDS: [&str; 19] = [
     "verbosity",
     "stats",
     "quit",
+    "mn",
+    "mg",
+    "ms",
+    "md",
+    "ma",
 ];
 
 /// Position of a command in [`COMMANDS`]; resolve once, then pass the index

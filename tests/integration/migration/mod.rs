@@ -22,6 +22,7 @@ mod bulk_copy;
 mod canary;
 mod compare;
 mod legacy_app;
+mod meta;
 mod phases;
 mod shadow_down;
 

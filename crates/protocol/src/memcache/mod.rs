@@ -4,6 +4,7 @@
 //! [`Request`]; [`reply`] encodes the answers. Client side (for talking to a
 //! legacy memcached pool): [`client`] encodes requests and parses replies.
 
+pub mod base64;
 pub mod client;
 mod parse;
 pub mod reply;
@@ -11,5 +12,6 @@ mod request;
 
 pub use parse::{parse_request, ParseLimits, Parsed, ProtocolError, ITEM_OVERHEAD, MAX_LINE_LEN};
 pub use request::{
-    ArithCommand, Keys, Request, RetrievalCommand, StorageCommand, MAX_KEY_LEN, REALTIME_MAXDELTA,
+    ArithCommand, Keys, MetaCommand, MetaFlags, MetaSetMode, Request, RetrievalCommand,
+    StorageCommand, MAX_KEY_LEN, REALTIME_MAXDELTA,
 };

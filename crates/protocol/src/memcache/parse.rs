@@ -27,6 +27,10 @@ mod admin;
 mod arith;
 mod delete;
 mod meta;
+mod meta_arith;
+mod meta_delete;
+mod meta_get;
+mod meta_set;
 mod retrieval;
 mod storage;
 mod tokens;
@@ -237,7 +241,7 @@ fn dispatch<'a>(buf: &'a [u8], line: Line<'a>, limits: &ParseLimits) -> Parsed<'
         b"quit" => line.complete(Request::Quit),
         b"verbosity" => admin::parse_verbosity(line, rest),
         b"stats" => admin::parse_stats(line, rest),
-        [b'm', _] => meta::parse(line, command, rest),
+        [b'm', _] => meta::parse(buf, line, command, rest, limits),
         // memcached commands a proxy does not offer: answered like unknown
         // commands, but never mistaken for HTTP.
         // memcached 1.6.18 without -A answers this to any `shutdown` line.

@@ -147,3 +147,102 @@ fn neutralize_line_breaks(text: &mut [u8]) {
         }
     }
 }
+
+/// `MN\r\n`
+pub const META_NOOP: &[u8] = b"MN\r\n";
+
+/// What a meta reply reports about its item, for the return flags. A flag
+/// whose value is `None` is not printed (memcached prints only what the
+/// outcome knows: `c` on a failed `ms` is `c0`, a miss reports only `O`/`k`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetaReturn {
+    /// `s`: data length.
+    pub size: Option<u64>,
+    /// `c`: CAS unique.
+    pub cas: Option<u64>,
+    /// `f`: client flags.
+    pub flags: Option<u32>,
+    /// `t`: remaining TTL as memcached prints it (-1: none).
+    pub ttl: Option<MetaTtl>,
+}
+
+/// The TTL `t` prints, which depends on where `t` stands: memcached applies
+/// `T` (and `N` for a created item) as it walks the flags, so a `t` before
+/// `T` reports the old TTL and one after it the new one.
+#[derive(Debug, Clone, Copy)]
+pub struct MetaTtl {
+    pub before: i64,
+    /// TTL after a `T` token (when `T` applies).
+    pub on_touch: Option<i64>,
+    /// TTL after an `N` token (when the item was just created).
+    pub on_vivify: Option<i64>,
+}
+
+/// The return flags of a meta reply, in the order of the request's flag
+/// tokens: ` s<n>`, ` t<n>`, ` c<n>`, ` f<n>`, ` O<opaque>`, ` k<key>` (base64
+/// followed by ` b` when the request said `b`). `key` is the decoded key.
+pub fn meta_flags(buf: &mut BytesMut, tokens: &[u8], key: &[u8], base64: bool, ret: &MetaReturn) {
+    let mut ttl = ret.ttl.map(|t| t.before);
+    for token in tokens.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
+        let Some(&letter) = token.first() else {
+            continue;
+        };
+        match letter {
+            b's' => {
+                if let Some(size) = ret.size {
+                    buf.extend_from_slice(b" s");
+                    put_u64(buf, size);
+                }
+            }
+            b'c' => {
+                if let Some(cas) = ret.cas {
+                    buf.extend_from_slice(b" c");
+                    put_u64(buf, cas);
+                }
+            }
+            b'f' => {
+                if let Some(flags) = ret.flags {
+                    buf.extend_from_slice(b" f");
+                    put_u64(buf, u64::from(flags));
+                }
+            }
+            b'T' => {
+                if let Some(new) = ret.ttl.and_then(|t| t.on_touch) {
+                    ttl = Some(new);
+                }
+            }
+            b'N' => {
+                if let Some(new) = ret.ttl.and_then(|t| t.on_vivify) {
+                    ttl = Some(new);
+                }
+            }
+            b't' => {
+                if let Some(t) = ttl {
+                    buf.extend_from_slice(b" t");
+                    if t < 0 {
+                        buf.extend_from_slice(b"-1");
+                    } else {
+                        put_u64(buf, t as u64);
+                    }
+                }
+            }
+            b'O' => {
+                // A token holds no `\n`: it is safe to echo as is.
+                buf.extend_from_slice(b" ");
+                buf.extend_from_slice(token);
+            }
+            b'k' => {
+                buf.extend_from_slice(b" k");
+                if base64 {
+                    let mut encoded = Vec::with_capacity(key.len() * 4 / 3 + 4);
+                    super::base64::encode_into(&mut encoded, key);
+                    buf.extend_from_slice(&encoded);
+                    buf.extend_from_slice(b" b");
+                } else {
+                    buf.extend_from_slice(key);
+                }
+            }
+            _ => {}
+        }
+    }
+}

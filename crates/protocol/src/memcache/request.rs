@@ -45,6 +45,70 @@ pub enum ArithCommand {
     Decr,
 }
 
+/// mg / ms / md / ma.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaCommand {
+    Get,
+    Set,
+    Delete,
+    Arith,
+}
+
+/// `ms` mode (`M<mode>`): which storage command the meta set is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetaSetMode {
+    /// `MS` (default).
+    #[default]
+    Set,
+    /// `ME`: add.
+    Add,
+    /// `MR`: replace.
+    Replace,
+    /// `MA`: append.
+    Append,
+    /// `MP`: prepend.
+    Prepend,
+}
+
+/// The flags of a meta command, as memcached 1.6.18 reads them. Flags that
+/// only shape the reply (`s t c f k O`) are not kept here: the reply is built
+/// by walking the raw flag tokens (`Meta::tokens`) in order, as memcached
+/// does (see `reply::meta_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetaFlags {
+    /// `b`: the key is base64 (`Meta::key` is still the encoded form; the
+    /// parser checked that it decodes).
+    pub base64: bool,
+    /// `v`: return the value (mg, ma).
+    pub value: bool,
+    /// `q`: no reply for the nominal outcome (see `Request::Meta`).
+    pub quiet: bool,
+    /// `t`: the reply reports the TTL (mg, ma).
+    pub return_ttl: bool,
+    /// `T<exptime>`: new TTL (mg: touch; ms: the item's TTL; ma: on success).
+    pub ttl: Option<i64>,
+    /// `N<exptime>`: create on miss with this TTL (ma; mg: not served).
+    pub vivify: Option<i64>,
+    /// `R<exptime>`: recache win token (mg; not served).
+    pub recache: bool,
+    /// `h` / `l`: hit-before / last-access (mg; not served).
+    pub access_info: bool,
+    /// `F<flags>`: client flags (ms).
+    pub client_flags: u32,
+    /// `C<cas>`: compare CAS (ms, md, ma).
+    pub compare_cas: Option<u64>,
+    /// `I`: invalidate / mark stale.
+    pub invalidate: bool,
+    /// `M<mode>` for ms.
+    pub set_mode: MetaSetMode,
+    /// `M<mode>` for ma: true for decrement.
+    pub decrement: bool,
+    /// `J<n>`: initial value for an auto-created counter (ma).
+    pub initial: u64,
+    /// `D<n>`: delta (ma; 1 when absent).
+    pub delta: u64,
+}
+
 /// One or more keys, kept as the raw space-separated region of the request
 /// line so that a single get allocates nothing. Every key in it was already
 /// validated by the parser.
@@ -130,6 +194,19 @@ pub enum Request<B> {
     Stats { group: Option<B> },
     /// quit: close the connection without a reply.
     Quit,
+    /// `mn`: answered `MN`.
+    MetaNoop,
+    /// `mg|md|ma <key> <flags>*`, `ms <key> <datalen> <flags>*\r\n<data>\r\n`.
+    /// `key` is as sent (base64 under `b`), `tokens` the flag tokens as sent
+    /// (everything after the key, or after the length for ms), `data` the
+    /// ms data block without its `\r\n` (empty otherwise).
+    Meta {
+        command: MetaCommand,
+        key: B,
+        tokens: B,
+        data: B,
+        flags: MetaFlags,
+    },
 }
 
 impl<B> Request<B> {
@@ -196,6 +273,20 @@ impl<B> Request<B> {
                 group: group.map(f),
             },
             Request::Quit => Request::Quit,
+            Request::MetaNoop => Request::MetaNoop,
+            Request::Meta {
+                command,
+                key,
+                tokens,
+                data,
+                flags,
+            } => Request::Meta {
+                command,
+                key: f(key),
+                tokens: f(tokens),
+                data: f(data),
+                flags,
+            },
         }
     }
 
@@ -208,6 +299,7 @@ impl<B> Request<B> {
             | Request::Touch { noreply, .. }
             | Request::FlushAll { noreply, .. }
             | Request::Verbosity { noreply } => *noreply,
+            // `q` hides only some outcomes: never the whole reply.
             _ => false,
         }
     }
@@ -240,6 +332,13 @@ impl<B> Request<B> {
             Request::Verbosity { .. } => "verbosity",
             Request::Stats { .. } => "stats",
             Request::Quit => "quit",
+            Request::MetaNoop => "mn",
+            Request::Meta { command, .. } => match command {
+                MetaCommand::Get => "mg",
+                MetaCommand::Set => "ms",
+                MetaCommand::Delete => "md",
+                MetaCommand::Arith => "ma",
+            },
         }
     }
 }

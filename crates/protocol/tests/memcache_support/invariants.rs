@@ -105,6 +105,29 @@ fn check_request(request: &Request<&[u8]>, input: &[u8]) {
             check_key(key)
         }
         Request::Stats { group: Some(group) } => assert!(!group.is_empty()),
+        Request::Meta {
+            command,
+            key,
+            tokens,
+            data,
+            flags,
+        } => {
+            if flags.base64 {
+                let decoded = memshift_protocol::memcache::base64::decode(key);
+                assert!(decoded.is_some_and(|k| !k.is_empty()));
+                assert!(key.len() <= MAX_KEY_LEN);
+            } else {
+                check_key(key);
+            }
+            assert!(!tokens.starts_with(b" ") && !tokens.ends_with(b" "));
+            if *command == memshift_protocol::memcache::MetaCommand::Set {
+                let data_at = data.as_ptr() as usize - start;
+                assert_eq!(data_at + data.len() + 2, input.len());
+                assert!(input.ends_with(b"\r\n"));
+            } else {
+                assert!(data.is_empty());
+            }
+        }
         _ => {}
     }
 }

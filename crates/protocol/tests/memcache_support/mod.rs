@@ -3,8 +3,10 @@
 //! memcached would send for requests run against an empty cache.
 #![allow(dead_code)]
 
+use bytes::BytesMut;
 use memshift_protocol::memcache::{
-    parse_request, ParseLimits, Parsed, ProtocolError, Request, StorageCommand,
+    base64, parse_request, reply, MetaCommand, MetaSetMode, ParseLimits, Parsed, ProtocolError,
+    Request, StorageCommand,
 };
 
 /// What the parser made of one request in a stream.
@@ -84,6 +86,59 @@ pub fn render_on_empty_cache(events: &[Event]) -> (Vec<u8>, bool) {
                         _ => panic!("stats output depends on the server"),
                     },
                     Request::Quit => return (out, true),
+                    Request::MetaNoop => b"MN\r\n",
+                    Request::Meta {
+                        command,
+                        key,
+                        tokens,
+                        flags,
+                        ..
+                    } => {
+                        let code: &[u8] = match command {
+                            MetaCommand::Get if flags.quiet => continue,
+                            MetaCommand::Get => b"EN",
+                            MetaCommand::Delete => b"NF",
+                            MetaCommand::Arith if flags.vivify.is_some() => {
+                                panic!("a created counter's reply depends on the server")
+                            }
+                            MetaCommand::Arith => b"NF",
+                            MetaCommand::Set => {
+                                if tokens
+                                    .split(|&b| b == b' ')
+                                    .any(|t| t.first() == Some(&b'c'))
+                                {
+                                    panic!("CAS uniques depend on the server");
+                                }
+                                match (flags.set_mode, flags.compare_cas) {
+                                    (MetaSetMode::Set | MetaSetMode::Replace, Some(_)) => b"NF",
+                                    (MetaSetMode::Set | MetaSetMode::Add, None) if flags.quiet => {
+                                        continue
+                                    }
+                                    (MetaSetMode::Set | MetaSetMode::Add, _) => b"HD",
+                                    _ => b"NS",
+                                }
+                            }
+                        };
+                        let decoded;
+                        let key: &[u8] = if flags.base64 {
+                            decoded = base64::decode(key).unwrap_or_default();
+                            &decoded
+                        } else {
+                            key
+                        };
+                        let mut line = BytesMut::new();
+                        line.extend_from_slice(code);
+                        reply::meta_flags(
+                            &mut line,
+                            tokens,
+                            key,
+                            flags.base64,
+                            &reply::MetaReturn::default(),
+                        );
+                        line.extend_from_slice(b"\r\n");
+                        out.extend_from_slice(&line);
+                        continue;
+                    }
                 };
                 out.extend_from_slice(line);
             }

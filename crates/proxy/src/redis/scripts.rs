@@ -32,11 +32,14 @@ return 2
 /// `append`/`prepend`: `KEYS[1]`; `ARGV[1]` = new CAS (8 bytes), `ARGV[2]` = data,
 /// `ARGV[3]` = "a" (append) or "p" (prepend), `ARGV[4]` = largest data memcached
 /// would store for this key with flags 0 (4 bytes less with other flags, as
-/// memcached stores non-zero flags in the item). Keeps flags and TTL.
-/// Returns 0 NOT_STORED, 1 STORED, 2 too large (memcached: NOT_STORED).
+/// memcached stores non-zero flags in the item), `ARGV[5]` (optional, `ms`
+/// MA/MP with `C`) = expected CAS (8 bytes). Keeps flags and TTL.
+/// Returns 0 NOT_STORED, 1 STORED, 2 too large (memcached: NOT_STORED),
+/// 3 CAS mismatch (EXISTS).
 pub const CONCAT: &str = r#"
-local head = redis.call('GETRANGE', KEYS[1], 0, 4)
-if string.byte(head, 1) ~= 1 or #head < 5 then return 0 end
+local head = redis.call('GETRANGE', KEYS[1], 0, 12)
+if string.byte(head, 1) ~= 1 or #head < 13 then return 0 end
+if ARGV[5] and string.sub(head, 6, 13) ~= ARGV[5] then return 3 end
 local limit = tonumber(ARGV[4])
 if string.sub(head, 2, 5) ~= '\0\0\0\0' then limit = limit - 4 end
 local len = redis.call('STRLEN', KEYS[1])
@@ -61,10 +64,14 @@ return 1
 /// `KEYS[1]`; `ARGV[1]` = "i" | "d", `ARGV[2]` = delta high 32 bits, `ARGV[3]` = delta
 /// low 32 bits, `ARGV[4]` = new CAS (8 bytes). Returns the new value as a bulk
 /// string, 0 NOT_FOUND, -1 non-numeric.
-pub const ARITH: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if not v or #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
-local B = 4294967296
+/// The heart of `incr`/`decr`, shared by [`ARITH`] and [`META_ARITH`]: with
+/// the stored value in `v` (header included, `n = #v`), parse the number
+/// (returning -1 when it is not one), apply the delta in `ARGV[1..3]` and
+/// leave the result's digits in `s` and the bytes to store in `data`
+/// (padded in place when no longer than the old value).
+macro_rules! arith_core {
+    () => {
+        r#"local B = 4294967296
 local n = #v
 local i = 14
 local function space(c) return c == 32 or (c >= 9 and c <= 13) end
@@ -134,9 +141,20 @@ end
 local old = n - 13
 local data = s
 if #s <= old then data = s .. string.rep(' ', old - #s) end
-redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[4] .. data, 'KEEPTTL')
+"#
+    };
+}
+
+pub const ARITH: &str = concat!(
+    r#"
+local v = redis.call('GET', KEYS[1])
+if not v or #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
+"#,
+    arith_core!(),
+    r#"redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[4] .. data, 'KEEPTTL')
 return s
-"#;
+"#
+);
 
 /// `touch <key> 0`: make the item permanent. PERSIST alone cannot tell a
 /// missing key from one without a TTL. `KEYS[1]`. Returns 1 TOUCHED, 0 NOT_FOUND.
@@ -146,11 +164,86 @@ redis.call('PERSIST', KEYS[1])
 return 1
 "#;
 
+/// Apply the expiry option `opt` ("" keeps the TTL, "PERSIST" removes it,
+/// "EX"/"EXAT"/"PXAT" set it) with argument `n` to `KEYS[1]`.
+macro_rules! set_expiry_fn {
+    () => {
+        r#"
+local function set_expiry(opt, n)
+  if opt == 'PERSIST' then redis.call('PERSIST', KEYS[1])
+  elseif opt == 'EX' then redis.call('EXPIRE', KEYS[1], n)
+  elseif opt == 'EXAT' then redis.call('EXPIREAT', KEYS[1], n)
+  elseif opt == 'PXAT' then redis.call('PEXPIREAT', KEYS[1], n)
+  end
+end
+"#
+    };
+}
+
+/// `mg` with `t`: the value and its TTL before any touch. `KEYS[1]`;
+/// `ARGV[1]`/`ARGV[2]` = expiry option and argument for `T` ("" for none).
+/// Returns nil on a miss, else `{value, pttl}` (PTTL: -1 without expiry).
+pub const META_GET: &str = concat!(
+    set_expiry_fn!(),
+    r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local p = redis.call('PTTL', KEYS[1])
+set_expiry(ARGV[1], ARGV[2])
+return {v, p}
+"#
+);
+
+/// `md` with `C<cas>`: `KEYS[1]`; `ARGV[1]` = expected CAS (8 bytes).
+/// Returns 0 NF (missing, or not a memshift item), 1 EX, 2 deleted.
+pub const META_DELETE: &str = r#"
+local v = redis.call('GETRANGE', KEYS[1], 0, 12)
+if #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
+if string.sub(v, 6, 13) ~= ARGV[1] then return 1 end
+redis.call('DEL', KEYS[1])
+return 2
+"#;
+
+/// `ma`: [`ARITH`] plus memcached's meta arithmetic. `KEYS[1]`; `ARGV[1..4]`
+/// as for `ARITH`; `ARGV[5]` = expected CAS (8 bytes, "" for none); `ARGV[6]`
+/// = "1" to create a missing counter with the digits `ARGV[7]` (flags 0) and
+/// expiry `ARGV[8]`/`ARGV[9]`; `ARGV[10]`/`ARGV[11]` = expiry for an updated
+/// counter ("" keeps its TTL), applied only when the result fits in the old
+/// value's length (memcached 1.6.18 sets it on the item it rewrote in place;
+/// a longer number is a new item and the new TTL is lost). Returns 0 NF, 1 EX, -1 non-numeric, or
+/// `{2 (updated) | 3 (created), digits, PTTL before}`.
+pub const META_ARITH: &str = concat!(
+    set_expiry_fn!(),
+    r#"
+local v = redis.call('GET', KEYS[1])
+if not v or #v < 13 or string.byte(v, 1) ~= 1 then
+  if ARGV[6] ~= '1' then return 0 end
+  redis.call('SET', KEYS[1], '\1\0\0\0\0' .. ARGV[4] .. ARGV[7])
+  set_expiry(ARGV[8], ARGV[9])
+  return {3, ARGV[7], -1}
+end
+-- memcached refuses an empty value before it compares the CAS
+if #v == 13 then return -1 end
+if ARGV[5] ~= '' and string.sub(v, 6, 13) ~= ARGV[5] then return 1 end
+"#,
+    arith_core!(),
+    r#"local p = redis.call('PTTL', KEYS[1])
+redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[4] .. data, 'KEEPTTL')
+-- memcached applies T to the item it updated in place; a longer result is
+-- a new item that keeps the old TTL (T then only shows in the reply's t)
+if #s <= old then set_expiry(ARGV[10], ARGV[11]) end
+return {2, s, p}
+"#
+);
+
 /// Indexes into [`all`].
 pub const CAS_SCRIPT: usize = 0;
 pub const CONCAT_SCRIPT: usize = 1;
 pub const ARITH_SCRIPT: usize = 2;
 pub const TOUCH_PERSIST_SCRIPT: usize = 3;
+pub const META_GET_SCRIPT: usize = 4;
+pub const META_DELETE_SCRIPT: usize = 5;
+pub const META_ARITH_SCRIPT: usize = 6;
 
 /// All scripts, with SHA1s computed once.
 pub fn all() -> &'static [Script] {
@@ -161,6 +254,9 @@ pub fn all() -> &'static [Script] {
             ("concat", CONCAT),
             ("arith", ARITH),
             ("touch_persist", TOUCH_PERSIST),
+            ("meta_get", META_GET),
+            ("meta_delete", META_DELETE),
+            ("meta_arith", META_ARITH),
         ]
         .into_iter()
         .map(|(name, body)| Script {

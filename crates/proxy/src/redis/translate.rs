@@ -39,7 +39,7 @@ impl Expiry {
 
     /// Arguments for SET/GETEX: none, `EX n`, `EXAT t`, or `PXAT 1` (a time
     /// long past: Redis stores nothing and deletes the key).
-    fn option(self) -> Option<(&'static [u8], i64)> {
+    pub fn option(self) -> Option<(&'static [u8], i64)> {
         match self {
             Expiry::Never => None,
             Expiry::In(s) => Some((b"EX", s)),
@@ -135,7 +135,7 @@ pub fn compare_and_swap(
         .arg_i64(n);
 }
 
-/// append/prepend: the concat script.
+/// append/prepend: the concat script (`expected`: the `ms` CAS compare).
 pub fn concat(
     buf: &mut BytesMut,
     key: &[u8],
@@ -143,9 +143,10 @@ pub fn concat(
     new_cas: u64,
     data: &[u8],
     max_item_size: usize,
+    expected: Option<u64>,
 ) {
-    CommandWriter::new(buf, 8)
-        .arg(b"EVALSHA")
+    let mut w = CommandWriter::new(buf, 8 + usize::from(expected.is_some()));
+    w.arg(b"EVALSHA")
         .arg(scripts::sha(scripts::CONCAT_SCRIPT))
         .arg(b"1")
         .arg(key)
@@ -153,6 +154,81 @@ pub fn concat(
         .arg(data)
         .arg(if append { b"a" } else { b"p" })
         .arg_u64(max_item_size as u64);
+    if let Some(cas) = expected {
+        w.arg(&cas.to_be_bytes());
+    }
+}
+
+/// An expiry as the scripts take it: option and argument ("" keeps the
+/// TTL, "PERSIST" removes it).
+fn script_expiry(expiry: Option<Expiry>) -> (&'static [u8], i64) {
+    match expiry {
+        None => (b"", 0),
+        Some(Expiry::Never) => (b"PERSIST", 0),
+        Some(e) => e.option().unwrap_or((b"", 0)),
+    }
+}
+
+/// `mg` with `t`: the meta get script (value and PTTL, then the touch).
+pub fn meta_get_with_ttl(buf: &mut BytesMut, key: &[u8], touch: Option<Expiry>) {
+    let (opt, n) = script_expiry(touch);
+    CommandWriter::new(buf, 6)
+        .arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::META_GET_SCRIPT))
+        .arg(b"1")
+        .arg(key)
+        .arg(opt)
+        .arg_i64(n);
+}
+
+/// `md` with `C`: the meta delete script.
+pub fn meta_delete_cas(buf: &mut BytesMut, key: &[u8], expected: u64) {
+    CommandWriter::new(buf, 5)
+        .arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::META_DELETE_SCRIPT))
+        .arg(b"1")
+        .arg(key)
+        .arg(&expected.to_be_bytes());
+}
+
+/// What `ma` asks of the meta arith script.
+#[derive(Debug, Clone, Copy)]
+pub struct MetaArith {
+    pub command: ArithCommand,
+    pub delta: u64,
+    pub new_cas: u64,
+    /// CAS compare (none for `C0`, as memcached).
+    pub expected: Option<u64>,
+    /// Create a missing counter with this value and expiry.
+    pub create: Option<(u64, Expiry)>,
+    /// New expiry of an updated counter (`T`).
+    pub touch: Option<Expiry>,
+}
+
+/// `ma`: the meta arith script.
+pub fn meta_arith(buf: &mut BytesMut, key: &[u8], a: &MetaArith) {
+    let expected = a.expected.map(u64::to_be_bytes);
+    let (create_opt, create_n) = script_expiry(a.create.map(|(_, e)| e));
+    let (touch_opt, touch_n) = script_expiry(a.touch);
+    let mut w = CommandWriter::new(buf, 15);
+    w.arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::META_ARITH_SCRIPT))
+        .arg(b"1")
+        .arg(key)
+        .arg(match a.command {
+            ArithCommand::Incr => b"i",
+            ArithCommand::Decr => b"d",
+        })
+        .arg_u64(a.delta >> 32)
+        .arg_u64(a.delta & 0xFFFF_FFFF)
+        .arg(&a.new_cas.to_be_bytes())
+        .arg(expected.as_ref().map_or(&b""[..], |e| &e[..]))
+        .arg(if a.create.is_some() { b"1" } else { b"" })
+        .arg_u64(a.create.map_or(0, |(initial, _)| initial))
+        .arg(create_opt)
+        .arg_i64(create_n)
+        .arg(touch_opt)
+        .arg_i64(touch_n);
 }
 
 /// incr/decr: the arith script (delta split into 32-bit halves for Lua).
@@ -242,6 +318,10 @@ pub fn storage_outcome(command: StorageCommand, frame: &Frame) -> WriteOutcome {
         // memcached cannot allocate the combined item: NOT_STORED.
         (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(2)) => {
             WriteOutcome::NotStored
+        }
+        // `ms` MA/MP with a CAS that does not match.
+        (StorageCommand::Append | StorageCommand::Prepend, Frame::Integer(3)) => {
+            WriteOutcome::Exists
         }
         (StorageCommand::Set | StorageCommand::Add | StorageCommand::Replace, Frame::Simple(_)) => {
             WriteOutcome::Stored

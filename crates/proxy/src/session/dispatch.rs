@@ -23,6 +23,10 @@ use crate::redis::translate::{self, Expiry};
 use crate::redis::{BackendRequest, Reply};
 use crate::stats::bump;
 
+mod meta;
+
+pub(super) use meta::{oversize_meta_set_key, MetaOp};
+
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
 const CMD_BUF_CHUNK: usize = 4 * 1024;
 const CMD_BUF_LOW: usize = 512;
@@ -156,6 +160,7 @@ impl Session {
                                 // memcached's limit for the combined item (the
                                 // script takes 4 more off for non-zero flags).
                                 proxy.settings.load().limits.max_data_len(key.len(), 0),
+                                None,
                             ),
                         }
                         let shard = backends.locate(&key);
@@ -274,6 +279,14 @@ impl Session {
                 self.push_ready(op);
             }
             Request::Quit => self.push_ready(Op::Close),
+            Request::MetaNoop => self.push_ready(Op::Ready(reply::META_NOOP)),
+            Request::Meta {
+                command,
+                key,
+                tokens,
+                data,
+                flags,
+            } => self.dispatch_meta(command, key, tokens, data, flags, seq, deadline),
         }
     }
 

@@ -388,6 +388,9 @@ impl Session {
                         let key = bytes::Bytes::copy_from_slice(key);
                         self.delete_quietly(key);
                     }
+                    if let Some(key) = dispatch::oversize_meta_set_key(&self.rbuf, reply) {
+                        self.delete_quietly(key);
+                    }
                     let n = skip.min(self.rbuf.len());
                     self.rbuf.advance(n);
                     self.skip = skip - n;

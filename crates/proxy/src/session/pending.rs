@@ -42,6 +42,8 @@ pub(super) enum Op {
     FlushAll {
         noreply: bool,
     },
+    /// mg / ms / md / ma.
+    Meta(Box<super::dispatch::MetaOp>),
 }
 
 /// get / gets / gat / gats.

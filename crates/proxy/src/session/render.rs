@@ -35,6 +35,7 @@ impl Session {
             Op::Silent | Op::Close => {}
             Op::Retrieval(retrieval) => self.render_retrieval(retrieval, &pending.results),
             Op::Write(write) => self.render_write(write, &pending.results),
+            Op::Meta(op) => self.render_meta(*op, &pending.results),
             Op::FlushAll { noreply } => {
                 let mut failed = None;
                 for part in 0..pending.results.len() as u32 {
