@@ -18,11 +18,12 @@ use tokio::sync::mpsc;
 use super::pending::Pending;
 use crate::redis::BackendReply;
 
-/// Entries kept per list and thread; more are freed.
+/// Entries kept per list and thread; more are freed. With
+/// `MAX_KEPT_CAPACITY` this bounds the pool at ~6 MiB per worker thread.
 const KEEP: usize = 64;
 /// Buffers larger than this are freed rather than kept (one large request
 /// must not pin its buffer for ever).
-const MAX_KEPT_CAPACITY: usize = 64 * 1024;
+const MAX_KEPT_CAPACITY: usize = 32 * 1024;
 
 /// A session's reply channel (both ends: the session hands out clones of
 /// the sender with each backend request).
