@@ -65,6 +65,31 @@ pub(super) fn parse<'a>(
     }
 }
 
+/// The start that `mg`, `md` and `ma` share, `<verb> <key> <flags>*`,
+/// checked in memcached's order: no key (`ERROR`), key too long, too many
+/// tokens (answered `too_many`, whose wording differs by verb), then the
+/// flags. Gives the tokens, the key and the pre-parsed flags, or the line
+/// to answer.
+pub(super) fn key_and_flags<'a>(
+    rest: &'a [u8],
+    verb: Verb,
+    too_many: &'static [u8],
+) -> Result<(MetaArgs<'a>, &'a [u8], Preparsed), &'static [u8]> {
+    let args = MetaArgs::split(rest);
+    if args.len() == 0 {
+        return Err(reply::ERROR);
+    }
+    let key = args.get(0);
+    if key_too_long(key) {
+        return Err(reply::CLIENT_ERROR_BAD_FORMAT);
+    }
+    if args.too_many() {
+        return Err(too_many);
+    }
+    let pre = preparse(key, args.flags(1), verb)?;
+    Ok((args, key, pre))
+}
+
 /// The tokens of a meta command line after the command.
 pub(super) struct MetaArgs<'a> {
     items: [&'a [u8]; MAX_META_ARGS + 1],

@@ -3,25 +3,14 @@
 //! Not served: `I` (mark the item stale instead of deleting it), answered
 //! `CLIENT_ERROR invalid flag`.
 
-use super::meta::{self, MetaArgs, Verb};
-use super::{reply, Line, Parsed};
+use super::meta::{self, Verb};
+use super::{Line, Parsed};
 use crate::memcache::{MetaCommand, Request};
 
 pub(super) fn parse<'a>(line: Line<'a>, rest: &'a [u8]) -> Parsed<'a> {
-    let args = MetaArgs::split(rest);
-    if args.len() == 0 {
-        return line.reply(reply::ERROR);
-    }
-    let key = args.get(0);
-    if meta::key_too_long(key) {
-        return line.reply(reply::CLIENT_ERROR_BAD_FORMAT);
-    }
-    if args.too_many() {
-        return line.reply(meta::OPTIONS_TOO_LONG);
-    }
-    let pre = match meta::preparse(key, args.flags(1), Verb::Delete) {
-        Ok(pre) => pre,
-        Err(msg) => return line.reply(msg),
+    let (args, key, pre) = match meta::key_and_flags(rest, Verb::Delete, meta::OPTIONS_TOO_LONG) {
+        Ok(parts) => parts,
+        Err(answer) => return line.reply(answer),
     };
     if pre.opaque_too_long {
         return line.reply(meta::OPAQUE_TOO_LONG);
