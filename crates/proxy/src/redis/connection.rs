@@ -395,112 +395,76 @@ fn is_noscript(frame: &Frame) -> bool {
 
 type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
-enum ShardStream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream>),
+/// A plaintext or a TLS stream (or one half of either): the I/O calls are
+/// passed to whichever it is.
+enum Either<P, T> {
+    Plain(P),
+    Tls(T),
 }
 
-enum ShardReader {
-    Plain(OwnedReadHalf),
-    Tls(tokio::io::ReadHalf<TlsStream>),
-}
-
-enum ShardWriter {
-    Plain(OwnedWriteHalf),
-    Tls(tokio::io::WriteHalf<TlsStream>),
-}
+type ShardStream = Either<TcpStream, Box<TlsStream>>;
+type ShardReader = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream>>;
+type ShardWriter = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream>>;
 
 impl ShardStream {
     fn into_split(self) -> (ShardReader, ShardWriter) {
         match self {
-            ShardStream::Plain(s) => {
+            Either::Plain(s) => {
                 let (r, w) = s.into_split();
-                (ShardReader::Plain(r), ShardWriter::Plain(w))
+                (Either::Plain(r), Either::Plain(w))
             }
-            ShardStream::Tls(s) => {
+            Either::Tls(s) => {
                 let (r, w) = tokio::io::split(*s);
-                (ShardReader::Tls(r), ShardWriter::Tls(w))
+                (Either::Tls(r), Either::Tls(w))
             }
         }
     }
 }
 
-impl AsyncRead for ShardStream {
+impl<P, T> AsyncRead for Either<P, T>
+where
+    P: AsyncRead + Unpin,
+    T: AsyncRead + Unpin,
+{
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            ShardStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            ShardStream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Either::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Either::Tls(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for ShardStream {
+impl<P, T> AsyncWrite for Either<P, T>
+where
+    P: AsyncWrite + Unpin,
+    T: AsyncWrite + Unpin,
+{
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            ShardStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            ShardStream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Either::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Either::Tls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            ShardStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            ShardStream::Tls(s) => Pin::new(s).poll_flush(cx),
+            Either::Plain(s) => Pin::new(s).poll_flush(cx),
+            Either::Tls(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            ShardStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            ShardStream::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
-
-impl AsyncRead for ShardReader {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ShardReader::Plain(r) => Pin::new(r).poll_read(cx, buf),
-            ShardReader::Tls(r) => Pin::new(r).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for ShardWriter {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ShardWriter::Plain(w) => Pin::new(w).poll_write(cx, buf),
-            ShardWriter::Tls(w) => Pin::new(w).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ShardWriter::Plain(w) => Pin::new(w).poll_flush(cx),
-            ShardWriter::Tls(w) => Pin::new(w).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ShardWriter::Plain(w) => Pin::new(w).poll_shutdown(cx),
-            ShardWriter::Tls(w) => Pin::new(w).poll_shutdown(cx),
+            Either::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Either::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
