@@ -17,17 +17,27 @@ pub fn wait_until<T>(
     timeout: Duration,
     every: Duration,
     what: &str,
-    mut f: impl FnMut() -> Option<T>,
+    f: impl FnMut() -> Option<T>,
 ) -> T {
+    poll_until(timeout, every, f)
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Polls `f` every `every` until it gives `Some`, or `None` once `timeout`
+/// has passed (for callers that report the timeout themselves).
+pub fn poll_until<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
-            return v;
+            return Some(v);
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            return None;
+        }
         sleep(every);
     }
 }

@@ -1,16 +1,17 @@
 //! Gives memory that connections freed back to the OS.
 //!
 //! glibc keeps freed memory in its arenas: after a burst of connections
-//! (or thousands of sessions going quiet and dropping their buffers) the
-//! process keeps its peak RSS, fragmented, indefinitely. A background thread
-//! calls `malloc_trim(0)` (which also returns free pages in the middle of the
-//! heap) a few seconds after such releases, and never while nothing is
-//! released, so a steady busy proxy is not trimmed at all.
+//! closes, the process keeps its peak RSS, fragmented, indefinitely (busy
+//! sessions' buffers are pooled, see `session::pool`, but each connection's
+//! task and stream are freed). A background thread calls `malloc_trim(0)`
+//! (which also returns free pages in the middle of the heap) a few seconds
+//! after sessions end, and never while none do, so a proxy with steady
+//! connections is not trimmed at all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Sessions that went quiet or ended since the process started.
+/// Sessions that ended since the process started.
 static RELEASES: AtomicU64 = AtomicU64::new(0);
 
 /// How often the trimmer looks at the release count.
@@ -18,7 +19,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Releases since the last trim that make another one worth its cost.
 const MIN_RELEASES: u64 = 256;
 
-/// A session gave its buffers back (went quiet, or ended).
+/// A session ended (its memory was freed).
 pub fn note_release() {
     RELEASES.fetch_add(1, Ordering::Relaxed);
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use memshift_tests::ops_support::{metric, pause_redis, vm_rss_kib, wait_until};
+use memshift_tests::ops_support::{metric, pause_redis, poll_until, vm_rss_kib, wait_until};
 use memshift_tests::{escape, require_tools, Cluster, McClient};
 
 use super::{assert_get, opts, POLL, REACT};
@@ -416,7 +416,7 @@ fn idle_connections_cost_little_memory_and_it_comes_back() {
     }
     let budget = rss_before + CONNS as u64 * KIB_PER_IDLE_CONNECTION;
     let mut idle_rss = 0;
-    let settled = wait_until_opt(Duration::from_secs(20), POLL, || {
+    let settled = poll_until(Duration::from_secs(20), POLL, || {
         idle_rss = vm_rss_kib(pid);
         (idle_rss <= budget).then_some(())
     });
@@ -439,7 +439,7 @@ fn idle_connections_cost_little_memory_and_it_comes_back() {
 
     // Closed: memory is given back (within 2 MiB of where it started).
     let mut after = 0;
-    let returned = wait_until_opt(Duration::from_secs(20), POLL, || {
+    let returned = poll_until(Duration::from_secs(20), POLL, || {
         after = vm_rss_kib(pid);
         (after <= rss_before + 2048).then_some(())
     });
@@ -470,22 +470,4 @@ fn raise_own_nofile_limit() -> u64 {
         }
     }
     lim.rlim_cur as u64
-}
-
-/// Poll `f` until it gives a value or `timeout` passes.
-fn wait_until_opt<T>(
-    timeout: Duration,
-    every: Duration,
-    mut f: impl FnMut() -> Option<T>,
-) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(every);
-    }
 }
