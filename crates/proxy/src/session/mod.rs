@@ -84,9 +84,9 @@ pub struct Session {
     current_command: u8,
     /// When the input being processed arrived.
     current_start: Instant,
-    /// Where backends send their replies; created with the first backend
-    /// request and dropped when the connection goes quiet (an idle
-    /// connection holds no channel).
+    /// Where backends send their replies; taken from the thread's pool with
+    /// the first backend request and handed back when the connection goes
+    /// quiet, unless a backend still holds a sender (then it stays here).
     replies: Option<ReplyChannel>,
     /// When the last input arrived (the idle timeout counts from it).
     last_input: Instant,
