@@ -15,14 +15,15 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use memshift_tests::process::{start_memshift_on_free_ports, toml_list};
 use memshift_tests::tls::{wait_for_port, CertFiles, ClientOpts, Pki, TlsConn, TlsRedis};
 use memshift_tests::{
-    escape, free_port, require_tools, run_with_timeout, target_dir, McClient, Memcached, Memshift,
-    RedisServer,
+    escape, free_port, pymemcache_python, require_tools, run_with_timeout, McClient, Memcached,
+    Memshift, RedisServer,
 };
 
 const STEP: Duration = Duration::from_secs(20);
@@ -38,40 +39,29 @@ struct TlsProxy {
 }
 
 fn start_proxy(shards: &[String], tls_table: &str, redis_extra: &str) -> TlsProxy {
-    let shard_list = shards
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut last = String::new();
-    for _ in 0..3 {
-        let (port, tls_port, admin_port) = (free_port(), free_port(), free_port());
-        let config = format!(
+    let shard_list = toml_list(shards);
+    let mut tls_port = 0;
+    let (memshift, admin_port, _) = start_memshift_on_free_ports(|port, admin_port| {
+        tls_port = free_port();
+        format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\ntls_listen = \"127.0.0.1:{tls_port}\"\n\n\
              [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\n\
              [tls]\n{tls_table}\n\n\
              [redis]\nshards = [{shard_list}]\n{redis_extra}\n\n\
              [migration]\nphase = \"redis\"\n"
-        );
-        match Memshift::try_start(&config) {
-            Ok(memshift) => {
-                let tls_addr = format!("127.0.0.1:{tls_port}");
-                assert!(
-                    wait_for_port(&tls_addr, Duration::from_secs(10)),
-                    "TLS listener {tls_addr} never accepted; stderr:\n{}",
-                    memshift.stderr()
-                );
-                return TlsProxy {
-                    memshift,
-                    tls_addr,
-                    admin_port,
-                };
-            }
-            Err(e) if e.to_ascii_lowercase().contains("in use") => last = e,
-            Err(e) => panic!("memshift did not start with config:\n{config}\n{e}"),
-        }
+        )
+    });
+    let tls_addr = format!("127.0.0.1:{tls_port}");
+    assert!(
+        wait_for_port(&tls_addr, Duration::from_secs(10)),
+        "TLS listener {tls_addr} never accepted; stderr:\n{}",
+        memshift.stderr()
+    );
+    TlsProxy {
+        memshift,
+        tls_addr,
+        admin_port,
     }
-    panic!("memshift did not start (ports in use?): {last}");
 }
 
 fn tls_table(cert: &CertFiles, client_ca: Option<&Path>, extra: &str) -> String {
@@ -397,44 +387,6 @@ except (ssl.SSLError, OSError) as e:
     check(True, "a TLS 1.2-only client is refused (%s)" % type(e).__name__)
 print("PYMEMCACHE TLS OK", flush=True)
 "#;
-
-/// pymemcache's venv: the one the pymemcache test made when it is complete
-/// (never modified here), else a separate one of our own, so the two tests
-/// never build the same directory at once.
-fn pymemcache_python() -> PathBuf {
-    const PYMEMCACHE: &str = "pymemcache==4.0.0";
-    let shared = target_dir().join("test-venv");
-    if shared.join(format!(".installed-{PYMEMCACHE}")).exists()
-        && shared.join("bin/python").exists()
-    {
-        return shared.join("bin/python");
-    }
-    let dir = target_dir().join("test-venv-tls");
-    let python = dir.join("bin/python");
-    let marker = dir.join(format!(".installed-{PYMEMCACHE}"));
-    if marker.exists() && python.exists() {
-        return python;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut mk = Command::new("python3");
-    mk.args(["-m", "venv"]).arg(&dir);
-    let out = run_with_timeout(mk, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.status.success(), "python3 -m venv: {}", out.stderr);
-    let mut pip = Command::new(&python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--quiet",
-    ])
-    .arg(PYMEMCACHE);
-    let out = run_with_timeout(pip, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.status.success(), "pip install: {}", out.stderr);
-    std::fs::write(&marker, b"").expect("write the venv marker");
-    python
-}
 
 #[test]
 fn tls_mutual_auth() {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -17,7 +17,8 @@ use tempfile::TempDir;
 
 use crate::client::{escape, McClient, Unit};
 use crate::env::free_port;
-use crate::process::{Memshift, RedisServer};
+use crate::ops_support::poll_until;
+use crate::process::{start_memshift_on_free_ports, toml_list, Memshift, RedisServer};
 use crate::resp::Resp;
 
 const POLL: Duration = Duration::from_millis(25);
@@ -29,17 +30,10 @@ pub fn wait_for<T>(
     timeout: Duration,
     mut f: impl FnMut(&mut String) -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
     let mut last = String::new();
-    loop {
-        if let Some(v) = f(&mut last) {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}; last state: {last}");
-        }
-        sleep(POLL);
-    }
+    poll_until(timeout, POLL, || f(&mut last)).unwrap_or_else(|| {
+        panic!("timed out after {timeout:?} waiting for {what}; last state: {last}")
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -472,26 +466,7 @@ pub fn mc_settle(addr: &str) {
 // ---------------------------------------------------------------------------
 // admin endpoint
 
-/// `GET path` on the admin port: (status code, body).
-pub fn http_get(port: u16, path: &str) -> io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| io::Error::other(format!("bad HTTP reply: {text:.200}")))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
+pub use crate::ops_support::http_get;
 
 /// A parsed `/metrics` scrape.
 #[derive(Debug, Clone, Default)]
@@ -602,20 +577,14 @@ pub fn migration_config(
     memcached: &[String],
     opts: &MigrationOptions,
 ) -> String {
-    let list = |v: &[String]| {
-        v.iter()
-            .map(|s| format!("\"{s}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\n\n\
          [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\n\
          [redis]\nshards = [{redis}]\ntimeout_ms = 2000\n\n\
          [memcached]\nservers = [{mc}]\ndistribution = \"{dist}\"\ntimeout_ms = 2000\n\n\
          [migration]\nphase = \"{phase}\"\n{extra}\n",
-        redis = list(redis),
-        mc = list(memcached),
+        redis = toml_list(redis),
+        mc = toml_list(memcached),
         dist = opts.distribution,
         phase = opts.phase,
         extra = opts.migration,
@@ -632,23 +601,14 @@ pub struct Proxy {
 impl Proxy {
     /// Starts memshift over the given backends (retrying on a port clash).
     pub fn start(redis: &[String], memcached: &[String], opts: &MigrationOptions) -> Proxy {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let admin_port = free_port();
-            let config = migration_config(free_port(), admin_port, redis, memcached, opts);
-            match Memshift::try_start(&config) {
-                Ok(memshift) => {
-                    return Proxy {
-                        memshift,
-                        admin_port,
-                        config,
-                    }
-                }
-                Err(e) if e.to_ascii_lowercase().contains("in use") => last = e,
-                Err(e) => panic!("memshift did not start with config:\n{config}\n{e}"),
-            }
+        let (memshift, admin_port, config) = start_memshift_on_free_ports(|port, admin_port| {
+            migration_config(port, admin_port, redis, memcached, opts)
+        });
+        Proxy {
+            memshift,
+            admin_port,
+            config,
         }
-        panic!("memshift did not start (ports in use?): {last}");
     }
 
     pub fn addr(&self) -> &str {

@@ -520,11 +520,7 @@ pub fn memshift_config(
     shards: &[String],
     opts: &ClusterOptions,
 ) -> String {
-    let shard_list = shards
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let shard_list = toml_list(shards);
     format!(
         "[server]\nlisten = \"127.0.0.1:{listen_port}\"\n{server_extra}\n\
          [admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\n\
@@ -535,6 +531,34 @@ pub fn memshift_config(
         redis_extra = opts.redis_extra,
         extra = opts.extra_tables,
     )
+}
+
+/// `["a", "b"]` without the brackets: a TOML array's items.
+pub fn toml_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Starts memshift with `config(listen_port, admin_port)` on free ports,
+/// with new ports when one was taken by someone else between `free_port()`
+/// and bind. Returns memshift, its admin port and the config it runs with.
+pub fn start_memshift_on_free_ports(
+    mut config: impl FnMut(u16, u16) -> String,
+) -> (Memshift, u16, String) {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let admin_port = free_port();
+        let config = config(free_port(), admin_port);
+        match Memshift::try_start(&config) {
+            Ok(memshift) => return (memshift, admin_port, config),
+            Err(e) if e.to_ascii_lowercase().contains("in use") => last = e,
+            Err(e) => panic!("memshift did not start with config:\n{config}\n{e}"),
+        }
+    }
+    panic!("memshift did not start (ports in use?): {last}");
 }
 
 /// memshift (phase `redis`) over real Redis shards.
@@ -555,25 +579,15 @@ impl Cluster {
     pub fn start_with(opts: ClusterOptions) -> Self {
         let shards: Vec<RedisServer> = (0..opts.shards).map(|_| RedisServer::start()).collect();
         let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
-        let mut last = String::new();
-        for _ in 0..3 {
-            let admin_port = free_port();
-            let config = memshift_config(free_port(), admin_port, &addrs, &opts);
-            match Memshift::try_start(&config) {
-                Ok(memshift) => {
-                    return Cluster {
-                        memshift,
-                        shards,
-                        admin_port,
-                        config,
-                    }
-                }
-                // A port taken by someone else between free_port() and bind.
-                Err(e) if e.to_ascii_lowercase().contains("in use") => last = e,
-                Err(e) => panic!("memshift did not start with config:\n{config}\n{e}"),
-            }
+        let (memshift, admin_port, config) = start_memshift_on_free_ports(|port, admin_port| {
+            memshift_config(port, admin_port, &addrs, &opts)
+        });
+        Cluster {
+            memshift,
+            shards,
+            admin_port,
+            config,
         }
-        panic!("memshift did not start (ports in use?): {last}");
     }
 
     pub fn addr(&self) -> &str {
@@ -601,6 +615,20 @@ pub struct CommandOutput {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
+}
+
+/// Runs `cmd` like [`run_with_timeout`] and returns its stdout; panics
+/// naming `what`, with the output, when it fails or times out.
+pub fn run_ok(cmd: Command, timeout: Duration, what: &str) -> String {
+    let out = run_with_timeout(cmd, timeout).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
 }
 
 /// Runs `cmd` to completion with its output captured in files (no pipe can

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::env::target_dir;
-use crate::process::run_with_timeout;
+use crate::process::run_ok;
 
 /// The pinned pymemcache.
 pub const PYMEMCACHE: &str = "pymemcache==4.0.0";
@@ -40,7 +40,11 @@ pub fn pymemcache_python() -> PathBuf {
     }
     let mut mk = Command::new("python3");
     mk.args(["-m", "venv"]).arg(&dir);
-    run(mk, "python3 -m venv (apt-get install python3-venv)", 120);
+    run_ok(
+        mk,
+        Duration::from_secs(120),
+        "python3 -m venv (apt-get install python3-venv)",
+    );
     let mut pip = Command::new(&python);
     pip.args([
         "-m",
@@ -51,19 +55,11 @@ pub fn pymemcache_python() -> PathBuf {
         "--quiet",
         PYMEMCACHE,
     ]);
-    run(pip, &format!("pip install {PYMEMCACHE}"), 300);
+    run_ok(
+        pip,
+        Duration::from_secs(300),
+        &format!("pip install {PYMEMCACHE}"),
+    );
     fs::write(&marker, b"").expect("write the venv marker");
     python
-}
-
-fn run(cmd: Command, what: &str, secs: u64) {
-    let out =
-        run_with_timeout(cmd, Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
 }

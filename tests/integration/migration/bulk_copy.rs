@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use memshift_tests::memshift_bin;
 use memshift_tests::migration_support::{
@@ -101,10 +101,7 @@ fn bulk_copy_100k_items_then_verify() {
         memcached_args: vec!["-m".into(), "256".into()],
         ..MigrationOptions::default()
     });
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
+    let now = unix_now();
     let items: Vec<LoadItem> = (0..ITEMS).map(|i| item(i, now)).collect();
     let (even, odd): (Vec<LoadItem>, Vec<LoadItem>) =
         items.iter().cloned().partition(|it| it.key.len() & 1 == 0);
@@ -242,10 +239,7 @@ fn bulk_copy_under_live_reads_copies_every_item() {
         memcached_args: vec!["-m".into(), "256".into()],
         ..MigrationOptions::default()
     });
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
+    let now = unix_now();
     let items: Vec<LoadItem> = (0..N).map(|i| item(i, now)).collect();
     let addr = setup.memcached[0].addr();
     mc_load(&addr, &items);

@@ -8,8 +8,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use memshift_tests::migration_support::{MigrationOptions, MigrationSetup};
+use memshift_tests::process::run_ok;
 use memshift_tests::python::pymemcache_python;
-use memshift_tests::{require_tools, run_with_timeout};
+use memshift_tests::require_tools;
 
 use super::*;
 
@@ -41,19 +42,6 @@ elif mode == "read":
 print("HASHCLIENT OK", flush=True)
 "#;
 
-fn run(cmd: Command, what: &str, secs: u64) -> String {
-    let out =
-        run_with_timeout(cmd, Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
-}
-
 fn hash_client(setup: &MigrationSetup, mode: &str, prefix: &str) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let script = tmp.path().join("hashclient.py");
@@ -69,7 +57,7 @@ fn hash_client(setup: &MigrationSetup, mode: &str, prefix: &str) {
         .arg(ports.join(","))
         .arg(prefix)
         .arg(KEYS.to_string());
-    let out = run(cmd, &format!("HashClient {mode}"), 120);
+    let out = run_ok(cmd, Duration::from_secs(120), &format!("HashClient {mode}"));
     assert!(out.contains("HASHCLIENT OK"), "HashClient {mode}: {out}");
 }
 

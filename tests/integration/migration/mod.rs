@@ -236,3 +236,11 @@ pub fn key_with_split(prefix: &str, pct: f64, canary: bool) -> String {
         .find(|k| memshift_shadow::canary::is_canary(k.as_bytes(), pct) == canary)
         .expect("a key on each side of the split")
 }
+
+/// Seconds since the epoch, as memcached exptimes count them.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64
+}

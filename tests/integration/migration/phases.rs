@@ -401,13 +401,6 @@ fn run_phase(phase: &str, routes: &[(Route, KeyFn)], migration: &str) -> Migrati
     setup
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64
-}
-
 fn plain(prefix: &'static str) -> impl Fn(&str) -> String {
     move |b: &str| format!("{prefix}:{b}")
 }

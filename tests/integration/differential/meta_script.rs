@@ -1,0 +1,119 @@
+//! A fixed script of meta commands, on fresh processes.
+
+use super::runner::run_script;
+
+/// Meta commands: every reply kind (`HD`, `VA`, `EN`, `NS`, `EX`, `NF`,
+/// `MN`), the return flags, `q`, modes, base64 keys, and the error lines,
+/// each checked against memcached on one connection of fresh servers.
+pub(super) const META_SCRIPT: &[(&str, &[u8])] = &[
+    ("mn", b"mn\r\nmn x\r\n"),
+    (
+        "mg miss, hit, flags in request order",
+        b"mg ms:a v\r\nmg ms:a k O1 v\r\nms ms:a 2 T0 F5\r\nhi\r\nmg ms:a\r\nmg ms:a v\r\n\
+          mg ms:a s v f t c k O123\r\nmg ms:a O9 k c f s t v\r\nmg ms:a vv kk\r\n",
+    ),
+    (
+        "mg q hides only the miss",
+        b"mg ms:nope q v\r\nmg ms:nope q k O1\r\nmn\r\nms ms:b 1\r\nx\r\nmg ms:b q\r\nmg ms:b q v k\r\nmn\r\n",
+    ),
+    (
+        "mg T touches, t before and after it",
+        b"ms ms:c 2\r\nhi\r\nmg ms:c t\r\nmg ms:c T3600 t\r\nmg ms:c t T0\r\nmg ms:c t\r\n\
+          mg ms:c T-1 v\r\nmg ms:c v\r\n",
+    ),
+    (
+        "mg and classic commands see the same items",
+        b"set ms:d 7 0 3\r\nabc\r\nmg ms:d v f s\r\nms ms:e 3 F9\r\nxyz\r\ngets ms:e\r\n\
+          append ms:e 0 0 1\r\n!\r\nmg ms:e v f\r\nincr ms:e 1\r\n",
+    ),
+    (
+        "ms modes",
+        b"ms ms:f 2 MR\r\nhi\r\nms ms:f 2 ME k O1 c\r\nhi\r\nms ms:f 2 ME c k\r\nzz\r\n\
+          ms ms:f 2 MA\r\n!!\r\nms ms:f 2 MP\r\n<<\r\nmg ms:f v\r\nms ms:g 1 MA\r\nx\r\n\
+          ms ms:g 1 MP\r\nx\r\nms ms:f 1 MR T0 F3\r\nr\r\nmg ms:f v f\r\nms ms:f 1 MS\r\ns\r\nmg ms:f v\r\n",
+    ),
+    (
+        "ms q hides only HD",
+        b"ms ms:h 1 q\r\nx\r\nms ms:h 1 ME q\r\nx\r\nms ms:i 1 MR q\r\nx\r\nmn\r\n",
+    ),
+    (
+        "ms CAS",
+        b"ms ms:j 2 c k\r\nhi\r\nms ms:j 2 C1\r\nzz\r\nms ms:j 2 C0 c k\r\nzz\r\nms ms:none 2 C1 c k\r\nzz\r\n\
+          ms ms:none 2 MR C1\r\nzz\r\nms ms:j 2 MA C1\r\nzz\r\nms ms:none 2 MA C1\r\nzz\r\n\
+          ms ms:none2 2 ME C1\r\nzz\r\nmg ms:none2 v\r\nmg ms:j v\r\n",
+    ),
+    (
+        "ms TTL and flags",
+        b"ms ms:k 2 T-1\r\nhi\r\nmg ms:k v\r\nms ms:k 2 F4294967295 T0\r\nhi\r\nmg ms:k f\r\n\
+          ms ms:k 2 F4294967296\r\nhi\r\nmg ms:k f\r\nms ms:k 0\r\n\r\nmg ms:k v s f\r\nms ms:k 1 I s S\r\nx\r\n",
+    ),
+    (
+        "ms errors and what they swallow",
+        b"ms ms:l\r\nAB\r\nms ms:l x\r\nAB\r\nms ms:l -1\r\nAB\r\nms ms:l 2 X\r\nmn\r\nms ms:l 2 Mx\r\nAB\r\n\
+          ms ms:l 2 Ma\r\nAB\r\nms ms:l 2 MEE\r\nAB\r\nms ms:l 2 F\r\nAB\r\nms ms:l 2 Tx\r\nAB\r\nms ms:l 2 C\r\nAB\r\n\
+          ms ms:l 2 MS MS\r\nAB\r\nms ms:l 2\r\nABCD\r\nms ms:l 2 q\r\nABCD\r\nms ms:l 2 E1\r\nAB\r\n\
+          ms ms:l 2 O12345678901234567890123456789012\r\nAB\r\nmg ms:l v\r\n",
+    ),
+    (
+        "md",
+        b"md ms:m\r\nmd ms:m q\r\nmd ms:m k O1 q\r\nms ms:m 1\r\nx\r\nmd ms:m q\r\nmn\r\nmg ms:m v\r\n\
+          ms ms:m 1 c k\r\nx\r\nmd ms:m C1 k\r\nmd ms:m C0\r\nmd ms:m O5 k\r\nmd ms:m T30\r\n",
+    ),
+    (
+        "md errors",
+        b"md\r\nmd ms:n x\r\nmd ms:n Cx\r\nmd ms:n q q\r\nmd ms:n 1 2\r\nmd ms:n O12345678901234567890123456789012\r\n",
+    ),
+    (
+        "ma",
+        b"ma ms:o\r\nma ms:o q\r\nma ms:o N0\r\nma ms:o\r\nma ms:o v\r\nma ms:o v t c k O1\r\n\
+          ma ms:o MD v\r\nma ms:o M- D5 v\r\nma ms:o MI D100 v\r\nma ms:o M+ v\r\nma ms:o q\r\nma ms:o v q\r\n\
+          mn\r\nmg ms:o v\r\n",
+    ),
+    (
+        "ma create, CAS, TTL",
+        b"ma ms:p N0 J42 v\r\nma ms:q N3600 J7 v t\r\nma ms:r q N0\r\nma ms:s N0 v q\r\nma ms:t O1 k v\r\n\
+          ma ms:p C1\r\nma ms:p C0 v c k\r\nma ms:p T3600 t v\r\nma ms:p t\r\nma ms:u T50 N0 t\r\nma ms:v t N0 T3600\r\n\
+          mg ms:v t v\r\nma ms:w N0 J18446744073709551615 v\r\nma ms:w v\r\n",
+    ),
+    (
+        "ma on classic items",
+        b"set ms:x 3 0 3\r\n100\r\nma ms:x MD v\r\nmg ms:x v f\r\nincr ms:x 1\r\nma ms:x D18446744073709551615 v\r\n\
+          set ms:y 0 0 2\r\nhi\r\nma ms:y\r\nma ms:y q\r\n",
+    ),
+    (
+        // memcached sets T's TTL on the item it updated; a result longer
+        // than the old value is a new item, which keeps the old TTL.
+        "ma T only sticks when the number is rewritten in place",
+        b"set ms:yb 0 0 1\r\n5\r\nma ms:yb T-1 v\r\nmg ms:yb v\r\nset ms:yc 0 0 1\r\n9\r\nma ms:yc T-1 v\r\n\
+          mg ms:yc v t\r\nset ms:yd 0 0 1\r\n5\r\nma ms:yd T0 t\r\nmg ms:yd t\r\n",
+    ),
+    (
+        // memcached refuses an empty value before it compares the CAS, and
+        // an append with C0 does not compare at all.
+        "ma on an empty value, append with C0",
+        b"set ms:ya 0 0 0\r\n\r\nma ms:ya C1 v\r\nma ms:ya C0\r\nms ms:ya 2 MA C0 k\r\n12\r\nms ms:ya 1 MP C1\r\n0\r\n\
+          mg ms:ya v\r\n",
+    ),
+    (
+        "ma errors",
+        b"ma\r\nma ms:z Mi\r\nma ms:z Mx\r\nma ms:z D\r\nma ms:z Dx\r\nma ms:z J\r\nma ms:z D18446744073709551616\r\n\
+          ma ms:z X\r\nma ms:z 5\r\n",
+    ),
+    (
+        "base64 keys",
+        b"ms YWJj 2 b\r\nhi\r\nmg YWJj b v\r\nmg YWI= b k\r\nmg YW=j b k\r\nmg YWJjZA=x b k O1\r\n\
+          mg YWI b k\r\nmg YW*j b\r\nmg ==== b\r\nmd YWJj b k\r\nmd YWJj b k\r\nma YWJj b k N0\r\nma YWJj b k v\r\n\
+          ms YWJj 2 b k c O1\r\nhi\r\nms AA== 1 b\r\nz\r\nmg AA== b k v\r\n",
+    ),
+    (
+        "general flag errors",
+        b"mg\r\nmg ms:e X\r\nmg ms:e v v\r\nmg ms:e E5\r\nmg ms:e Tx\r\nmg ms:e Tx X\r\nmg ms:e Tx Jx\r\n\
+          mg ms:e Fx\r\nmg ms:e MEE\r\nmg ms:e Mx C5 D9 J1 I F1 T0 u\r\nmg ms:e O12345678901234567890123456789012\r\n\
+          mg ms:e 1 2 3 4 5 6 7 8 9 0 A B G H K L Q W\r\nmx ms:e\r\nmgx ms:e\r\n",
+    ),
+];
+
+#[test]
+fn differential_meta_script() {
+    run_script("differential_meta_script", META_SCRIPT);
+}

@@ -1,0 +1,268 @@
+//! The two sides (reference memcached and the target), their connections,
+//! and one exchange of a batch with both.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, McClient, Memcached, Unit};
+
+use super::normalise::{compare, meta_cas, CasMap};
+use super::MAX_ITEM;
+
+/// The reference memcached. With its LRU maintainer (and so the segmented
+/// LRU and its asynchronous bumps) and crawler threads off, only the
+/// connection ever holds a reference to an item, so an incr/decr result that
+/// is shorter is always padded in place, memcached's usual behaviour. With
+/// them on, a recently read item is sometimes still referenced by a bump
+/// queue and memcached allocates a new, shorter item instead: a timing race.
+const REFERENCE_ARGS: [&str; 6] = [
+    "-I",
+    "1m",
+    "-m",
+    "256",
+    "-o",
+    "no_lru_maintainer,no_lru_crawler",
+];
+
+// ---------------------------------------------------------------------------
+// the two sides
+
+pub(super) enum Target {
+    Memcached(Memcached),
+    Memshift(Box<Cluster>),
+}
+
+impl Target {
+    pub(super) fn addr(&self) -> String {
+        match self {
+            Target::Memcached(m) => m.addr(),
+            Target::Memshift(c) => c.addr().to_string(),
+        }
+    }
+
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Target::Memcached(_) => "memcached (self-check)",
+            Target::Memshift(_) => "memshift",
+        }
+    }
+
+    pub(super) fn diagnostics(&self) -> String {
+        match self {
+            Target::Memcached(m) => tail(&m.log(), 2000),
+            Target::Memshift(c) => tail(&c.memshift.stderr(), 4000),
+        }
+    }
+}
+
+pub(super) fn tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &s[start..])
+}
+
+fn self_check() -> bool {
+    matches!(std::env::var("DIFF_TARGET").as_deref(), Ok("memcached"))
+}
+
+pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
+    let tools: &[&str] = if self_check() {
+        &["memcached"]
+    } else {
+        &["memcached", "redis-server"]
+    };
+    if !require_tools(test, tools) {
+        return None;
+    }
+    let reference = Memcached::start_with_args(&REFERENCE_ARGS);
+    let target = if self_check() {
+        Target::Memcached(Memcached::start_with_args(&REFERENCE_ARGS))
+    } else {
+        Target::Memshift(Box::new(Cluster::start_with(ClusterOptions {
+            server_extra: format!("max_item_size = {MAX_ITEM}\n"),
+            ..ClusterOptions::default()
+        })))
+    };
+    Some((reference, target))
+}
+
+pub(super) struct Side {
+    pub(super) name: String,
+    pub(super) addr: String,
+    pub(super) conn: McClient,
+    /// Last CAS unique this side showed for each key.
+    pub(super) last_cas: HashMap<Vec<u8>, u64>,
+}
+
+impl Side {
+    pub(super) fn connect(name: &str, addr: &str) -> Side {
+        Side {
+            name: name.to_string(),
+            addr: addr.to_string(),
+            conn: connect(addr),
+            last_cas: HashMap::new(),
+        }
+    }
+
+    pub(super) fn reconnect(&mut self) {
+        self.conn = connect(&self.addr);
+        self.last_cas.clear();
+    }
+
+    /// Reads units until the sentinel's `VERSION` line (included).
+    pub(super) fn read_batch(&mut self, track_cas: bool) -> Result<Vec<Unit>, (Vec<Unit>, String)> {
+        let mut units = Vec::new();
+        loop {
+            match self.conn.read_unit() {
+                Ok(u) => {
+                    let done = u.line_starts_with(b"VERSION ");
+                    if let Unit::Value {
+                        key, cas: Some(c), ..
+                    } = &u
+                    {
+                        if track_cas {
+                            self.last_cas.insert(key.clone(), *c);
+                        }
+                    }
+                    if let Some((key, c)) = meta_cas(&u) {
+                        if track_cas {
+                            self.last_cas.insert(key, c);
+                        }
+                    }
+                    units.push(u);
+                    if done {
+                        return Ok(units);
+                    }
+                    if units.len() > 200_000 {
+                        return Err((units, "more than 200000 reply units".into()));
+                    }
+                }
+                Err(e) => return Err((units, format!("{}: {e}", self.name))),
+            }
+        }
+    }
+}
+
+pub(super) fn connect(addr: &str) -> McClient {
+    McClient::connect_with_timeout(addr, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+}
+
+pub(super) fn render_units(units: &[Unit]) -> String {
+    let mut s = String::new();
+    for (i, u) in units.iter().enumerate() {
+        let _ = writeln!(s, "      [{i}] {}", escape(&u.raw(), 200));
+    }
+    if units.is_empty() {
+        s.push_str("      (nothing)\n");
+    }
+    s
+}
+
+/// Sends one batch (already rendered per side, sentinel included) to both
+/// sides and compares the replies.
+pub(super) fn exchange(
+    r: &mut Side,
+    t: &mut Side,
+    cas: &mut CasMap,
+    rb: &[u8],
+    tb: &[u8],
+    track_cas: bool,
+) -> Result<(Vec<Unit>, Vec<Unit>), Mismatch> {
+    r.conn
+        .send(rb)
+        .unwrap_or_else(|e| panic!("send to reference memcached: {e}"));
+    let t_send = t.conn.send(tb);
+    let r_units = match r.read_batch(track_cas) {
+        Ok(units) => units,
+        Err((units, e)) => {
+            return Err(Mismatch {
+                reference_failed: true,
+                unit: units.len(),
+                why: format!("the reference memcached did not answer up to the sentinel ({e})"),
+                r_units: units,
+                t_units: Vec::new(),
+            })
+        }
+    };
+    let (t_units, t_err) = match t_send {
+        Err(e) => (Vec::new(), Some(format!("send failed: {e}"))),
+        Ok(()) => match t.read_batch(track_cas) {
+            Ok(units) => (units, None),
+            Err((units, e)) => (units, Some(e)),
+        },
+    };
+    let verdict = match t_err {
+        Some(e) => Err((t_units.len(), format!("target failed to answer: {e}"))),
+        None => compare(cas, &r_units, &t_units),
+    };
+    match verdict {
+        Ok(()) => Ok((r_units, t_units)),
+        Err((unit, why)) => Err(Mismatch {
+            reference_failed: false,
+            unit,
+            why,
+            r_units,
+            t_units,
+        }),
+    }
+}
+
+/// How an exchange went wrong: the first differing reply unit and why.
+pub(super) struct Mismatch {
+    pub(super) reference_failed: bool,
+    pub(super) unit: usize,
+    pub(super) why: String,
+    pub(super) r_units: Vec<Unit>,
+    pub(super) t_units: Vec<Unit>,
+}
+
+/// Runs `script` on one connection of fresh servers, comparing replies.
+pub(super) fn run_script(test: &str, script: &[(&str, &[u8])]) {
+    let Some((reference, target)) = start_sides(test) else {
+        return;
+    };
+    let mut r = Side::connect("reference memcached", &reference.addr());
+    let mut t = Side::connect(target.name(), &target.addr());
+    let mut cas = CasMap::default();
+    let mut diffs = Vec::new();
+    for (name, bytes) in script {
+        let script = *bytes;
+        let mut req = script.to_vec();
+        req.extend_from_slice(b"version\r\n");
+        match exchange(&mut r, &mut t, &mut cas, &req, &req, false) {
+            Ok(_) => {}
+            Err(m) => {
+                assert!(
+                    !m.reference_failed,
+                    "script {name:?}: the reference memcached did not answer: {}",
+                    m.why
+                );
+                diffs.push(format!(
+                    "script {name:?}: {}, first differing reply unit [{}]\n  sent: {}\n  reference memcached replied:\n{}  {} replied:\n{}",
+                    m.why,
+                    m.unit,
+                    escape(script, 400),
+                    render_units(&m.r_units),
+                    target.name(),
+                    render_units(&m.t_units)
+                ));
+                r.reconnect();
+                t.reconnect();
+            }
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} of {} fixed scripts differ:\n{}",
+        diffs.len(),
+        script.len(),
+        diffs.join("\n")
+    );
+}
