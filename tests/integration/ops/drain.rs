@@ -176,7 +176,10 @@ fn drain_is_bounded_by_drain_timeout() {
 /// in its read buffer when the signal comes).
 #[test]
 fn sigterm_answers_every_request_already_read() {
-    if !require_tools("sigterm_answers_every_request_already_read", &["redis-server"]) {
+    if !require_tools(
+        "sigterm_answers_every_request_already_read",
+        &["redis-server"],
+    ) {
         return;
     }
     const REQUESTS: usize = 3000;

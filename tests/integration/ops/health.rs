@@ -328,7 +328,11 @@ fn eject_policy_survives_a_reload_while_a_shard_is_down() {
 
 /// The replies of `get` for each of `keys` on one connection: `Ok(Some)`,
 /// `Ok(None)` for a miss, `Err` for a SERVER_ERROR.
-fn read_all(cluster: &Cluster, prefix: &str, keys: &[usize]) -> Vec<Result<Option<Vec<u8>>, String>> {
+fn read_all(
+    cluster: &Cluster,
+    prefix: &str,
+    keys: &[usize],
+) -> Vec<Result<Option<Vec<u8>>, String>> {
     let mut c = cluster.client();
     keys.iter()
         .map(|&i| {
@@ -343,7 +347,11 @@ fn read_all(cluster: &Cluster, prefix: &str, keys: &[usize]) -> Vec<Result<Optio
                 return Ok(None);
             }
             let header = format!("VALUE {k} 0 ");
-            assert!(raw.starts_with(header.as_bytes()), "get {k}: {}", escape(&raw, 200));
+            assert!(
+                raw.starts_with(header.as_bytes()),
+                "get {k}: {}",
+                escape(&raw, 200)
+            );
             let start = raw.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
             Ok(Some(raw[start..raw.len() - 7].to_vec()))
         })
@@ -351,7 +359,13 @@ fn read_all(cluster: &Cluster, prefix: &str, keys: &[usize]) -> Vec<Result<Optio
 }
 
 /// Every key reads its round-`round` value or a miss, never anything else.
-fn assert_not_stale(cluster: &Cluster, prefix: &str, keys: &[usize], round: u32, what: &str) -> usize {
+fn assert_not_stale(
+    cluster: &Cluster,
+    prefix: &str,
+    keys: &[usize],
+    round: u32,
+    what: &str,
+) -> usize {
     let mut misses = 0;
     for (&i, got) in keys.iter().zip(read_all(cluster, prefix, keys)) {
         match got {
@@ -396,12 +410,20 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
         "on_shard_down = \"eject\"\neject_after_failures = 1\nhealth_check_interval_ms = 200",
     ));
     let placement = write_and_place(&cluster, PREFIX, 60, 0);
-    let victims: Vec<usize> = (0..placement.len()).filter(|&i| placement[i] == 0).collect();
+    let victims: Vec<usize> = (0..placement.len())
+        .filter(|&i| placement[i] == 0)
+        .collect();
     assert!(victims.len() >= 5, "placement {placement:?}");
 
     // 1. Frozen: the keys move to the other shard and get round 1 there.
     cluster.shards[0].signal(libc::SIGSTOP);
-    wait_victims_served(&cluster, PREFIX, &victims, 1, "the frozen shard's keys to move");
+    wait_victims_served(
+        &cluster,
+        PREFIX,
+        &victims,
+        1,
+        "the frozen shard's keys to move",
+    );
     let rejoins = healthy_again_count(&cluster);
     cluster.shards[0].signal(libc::SIGCONT);
     wait_until(REACT, POLL, "the resumed shard to rejoin", || {
@@ -418,10 +440,18 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
         assert_eq!(reply, b"STORED\r\n", "round 2: {}", escape(&reply, 200));
     }
     cluster.shards[0].stop();
-    wait_until(REACT, POLL, "the dead shard's keys to be served again", || {
-        read_all(&cluster, PREFIX, &victims[..1])[0].is_ok().then_some(())
-    });
-    let misses_second = assert_not_stale(&cluster, PREFIX, &victims, 2, "after the second ejection");
+    wait_until(
+        REACT,
+        POLL,
+        "the dead shard's keys to be served again",
+        || {
+            read_all(&cluster, PREFIX, &victims[..1])[0]
+                .is_ok()
+                .then_some(())
+        },
+    );
+    let misses_second =
+        assert_not_stale(&cluster, PREFIX, &victims, 2, "after the second ejection");
     eprintln!(
         "eject staleness: {} keys; misses after rejoin {misses_after_rejoin}, after the second ejection {misses_second}",
         victims.len()
