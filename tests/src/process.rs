@@ -207,6 +207,17 @@ impl RedisServer {
         );
     }
 
+    /// Sends a signal to the server (`libc::SIGSTOP` freezes it with its
+    /// socket still accepting bytes; `libc::SIGCONT` resumes it).
+    pub fn signal(&self, sig: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
     pub fn client(&self) -> RedisClient {
         RedisClient::connect(&self.addr(), Duration::from_secs(5))
             .unwrap_or_else(|e| panic!("connect to redis {}: {e}", self.addr()))

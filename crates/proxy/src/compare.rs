@@ -44,7 +44,7 @@ async fn read(proxy: &Proxy, key: &[u8], side: Side) -> Option<Option<(u32, Byte
         Side::Redis => {
             let backends = proxy.backends.load();
             translate::get(&mut buf, key);
-            let answer = backends.call(backends.locate(key), buf.freeze());
+            let answer = backends.call(backends.locate_read(key), buf.freeze());
             match tokio::time::timeout(timeout, answer).await.ok()?.ok()? {
                 Frame::Bulk(v) => Some(encoding::decode(&v).map(|item| (item.flags, item.data))),
                 Frame::Null => Some(None),

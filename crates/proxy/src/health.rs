@@ -34,6 +34,22 @@ pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: 
             if ok {
                 failures[i] = 0;
                 if !shard.is_healthy() {
+                    // Under eject: first remove what would read stale.
+                    if backends.ejects() {
+                        match crate::eject::clean(&backends, i).await {
+                            Ok(c) => tracing::info!(
+                                shard = %shard.id,
+                                deleted_keys = c.keys,
+                                flushed = c.flushed,
+                                scanned_copies = c.scanned_copies,
+                                "keys diverted while ejected removed before the rejoin"
+                            ),
+                            Err(e) => {
+                                tracing::warn!(shard = %shard.id, error = ?e, "ejected shard stays out: cleaning its diverted keys failed");
+                                continue;
+                            }
+                        }
+                    }
                     tracing::info!(shard = %shard.id, "redis shard healthy again");
                     shard.set_healthy(true);
                     changed = true;
@@ -49,6 +65,16 @@ pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: 
         }
         if changed {
             backends.health_changed();
+            if backends.ejects() {
+                // Writes routed away at the instant the ring switched.
+                for (i, shard) in backends.shards.iter().enumerate() {
+                    if shard.is_healthy() {
+                        if let Err(e) = crate::eject::clean(&backends, i).await {
+                            tracing::warn!(shard = %shard.id, error = ?e, "cleaning keys diverted during the rejoin failed; retried at the next check");
+                        }
+                    }
+                }
+            }
         }
     }
 }

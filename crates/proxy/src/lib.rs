@@ -8,6 +8,7 @@ pub mod cli;
 pub mod compare;
 pub mod config;
 pub mod copy;
+pub mod eject;
 pub mod error;
 pub mod fd_limit;
 pub mod health;

@@ -160,20 +160,47 @@ impl Backends {
         rx
     }
 
-    /// The shard that serves `key` now.
+    /// The shard that serves a request that may change `key` now. Under
+    /// the eject policy, a key routed away from its ejected owner is
+    /// remembered, so that it is cleaned before the owner rejoins (see
+    /// `eject`).
     #[inline]
     pub fn locate(&self, key: &[u8]) -> usize {
+        self.locate_as(key, true)
+    }
+
+    /// The shard that serves a read of `key` now (nothing to remember).
+    #[inline]
+    pub fn locate_read(&self, key: &[u8]) -> usize {
+        self.locate_as(key, false)
+    }
+
+    #[inline]
+    fn locate_as(&self, key: &[u8], write: bool) -> usize {
         match self.policy {
             ShardDownPolicy::Fail => self.ring.locate(key),
             ShardDownPolicy::Eject => {
                 let active = self.active.load();
                 match &active.ring {
-                    Some(ring) => active.to_shard[ring.locate(key)],
+                    Some(ring) => {
+                        let shard = active.to_shard[ring.locate(key)];
+                        if write && active.to_shard.len() < self.shards.len() {
+                            let owner = self.ring.locate(key);
+                            if owner != shard {
+                                self.shards[owner].diverted.record(key);
+                            }
+                        }
+                        shard
+                    }
                     // Nothing is up: the owner's connection fails it fast.
                     None => self.ring.locate(key),
                 }
             }
         }
+    }
+
+    pub fn ejects(&self) -> bool {
+        self.policy == ShardDownPolicy::Eject
     }
 
     /// The health monitor changed a shard's state: under the eject policy,

@@ -169,3 +169,84 @@ fn drain_is_bounded_by_drain_timeout() {
     );
     eprintln!("bounded drain: exited {took:?} after SIGTERM (drain_timeout_ms = {DRAIN_MS})");
 }
+
+/// Issue 13: SIGTERM answers every complete request memshift has already
+/// read, not only those it had dispatched (it stops dispatching at 1,024
+/// waiting requests, so the rest of a big pipelined batch sits parsed-to-be
+/// in its read buffer when the signal comes).
+#[test]
+fn sigterm_answers_every_request_already_read() {
+    if !require_tools(
+        "sigterm_answers_every_request_already_read",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    const REQUESTS: usize = 3000;
+    const GET: &[u8] = b"get k\r\n";
+    let mut cluster = Cluster::start_with(ClusterOptions {
+        timeout_ms: 30_000,
+        ..opts(1, "drain_timeout_ms = 30000", "")
+    });
+    let mut c = cluster.client();
+    c.set("k", b"hello").expect("set");
+    let mut stats = cluster.client();
+    let bytes_read = |s: &mut memshift_tests::McClient| -> u64 {
+        mc_stats(s).expect("stats")["bytes_read"]
+            .parse()
+            .expect("bytes_read")
+    };
+    let base = bytes_read(&mut stats);
+    let mut stats_calls = 1u64;
+
+    // The shard holds every command for a while: requests pile up in memshift.
+    pause_redis(&cluster.shards[0], 8000);
+    c.set_read_timeout(Duration::from_secs(60))
+        .expect("read timeout");
+    c.send(&GET.repeat(REQUESTS)).expect("send the batch");
+    // Wait until memshift has stopped reading (the batch's share of
+    // bytes_read is stable; each stats request counts its own 7 bytes).
+    let mut last = 0u64;
+    let mut stable_since = Instant::now();
+    let read = wait_until(REACT, POLL, "memshift to stop reading the batch", || {
+        let now = bytes_read(&mut stats);
+        let batch = now - base - 7 * stats_calls;
+        stats_calls += 1;
+        if batch != last {
+            last = batch;
+            stable_since = Instant::now();
+            return None;
+        }
+        (batch > 0 && stable_since.elapsed() > Duration::from_millis(300)).then_some(batch)
+    });
+    let complete = (read as usize / GET.len()).min(REQUESTS);
+    assert!(complete > 1024, "memshift read only {complete} requests");
+    cluster.memshift.sigterm();
+
+    let mut answered = 0usize;
+    loop {
+        match c.read_reply() {
+            Ok(units) => {
+                assert!(
+                    matches!(units.as_slice(), [v @ Unit::Value { .. }, end]
+                        if end.is_line(b"END\r\n") && v.data() == Some(&b"hello"[..])),
+                    "reply {answered}: {}",
+                    escape(&units.iter().flat_map(Unit::raw).collect::<Vec<u8>>(), 200)
+                );
+                answered += 1;
+            }
+            Err(_) => break, // closed after the drain
+        }
+    }
+    assert!(
+        answered >= complete,
+        "memshift had read {complete} complete requests but answered {answered} before closing\n{}",
+        cluster.memshift.stderr()
+    );
+    let status = cluster
+        .memshift
+        .wait_exit(Duration::from_secs(30))
+        .expect("memshift did not exit after SIGTERM");
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    eprintln!("drain: read {complete} complete requests, answered {answered}");
+}

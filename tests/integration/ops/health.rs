@@ -325,3 +325,135 @@ fn eject_policy_survives_a_reload_while_a_shard_is_down() {
         "the ejected shard's keys to be served by the others after a SIGHUP",
     );
 }
+
+/// The replies of `get` for each of `keys` on one connection: `Ok(Some)`,
+/// `Ok(None)` for a miss, `Err` for a SERVER_ERROR.
+fn read_all(
+    cluster: &Cluster,
+    prefix: &str,
+    keys: &[usize],
+) -> Vec<Result<Option<Vec<u8>>, String>> {
+    let mut c = cluster.client();
+    keys.iter()
+        .map(|&i| {
+            let k = key(prefix, i);
+            let raw = c
+                .request(format!("get {k}\r\n").as_bytes())
+                .unwrap_or_else(|e| panic!("get {k}: no reply: {e}"));
+            if is_server_error(&raw) {
+                return Err(String::from_utf8_lossy(&raw).into_owned());
+            }
+            if raw == b"END\r\n" {
+                return Ok(None);
+            }
+            let header = format!("VALUE {k} 0 ");
+            assert!(
+                raw.starts_with(header.as_bytes()),
+                "get {k}: {}",
+                escape(&raw, 200)
+            );
+            let start = raw.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+            Ok(Some(raw[start..raw.len() - 7].to_vec()))
+        })
+        .collect()
+}
+
+/// Every key reads its round-`round` value or a miss, never anything else.
+fn assert_not_stale(
+    cluster: &Cluster,
+    prefix: &str,
+    keys: &[usize],
+    round: u32,
+    what: &str,
+) -> usize {
+    let mut misses = 0;
+    for (&i, got) in keys.iter().zip(read_all(cluster, prefix, keys)) {
+        match got {
+            Ok(Some(v)) => assert_eq!(
+                v,
+                value(prefix, i, round),
+                "{what}: {} read {:?}, an older value than the acknowledged round {round}",
+                key(prefix, i),
+                String::from_utf8_lossy(&v)
+            ),
+            Ok(None) => misses += 1,
+            Err(e) => panic!("{what}: get {}: {e}", key(prefix, i)),
+        }
+    }
+    misses
+}
+
+fn healthy_again_count(cluster: &Cluster) -> usize {
+    cluster
+        .memshift
+        .stderr()
+        .matches("redis shard healthy again")
+        .count()
+}
+
+/// Issue 13 (twemproxy #604): under `eject`, a read after an acknowledged
+/// write returns that value or a miss, never an older one — across an
+/// ejection and rejoin (SIGSTOP/SIGCONT), and across a second ejection
+/// (the fallback shards must not serve what the first one left there).
+#[test]
+fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
+    if !require_tools(
+        "eject_policy_never_serves_a_value_older_than_an_acknowledged_write",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    const PREFIX: &str = "stale";
+    let mut cluster = Cluster::start_with(opts(
+        2,
+        "",
+        "on_shard_down = \"eject\"\neject_after_failures = 1\nhealth_check_interval_ms = 200",
+    ));
+    let placement = write_and_place(&cluster, PREFIX, 60, 0);
+    let victims: Vec<usize> = (0..placement.len())
+        .filter(|&i| placement[i] == 0)
+        .collect();
+    assert!(victims.len() >= 5, "placement {placement:?}");
+
+    // 1. Frozen: the keys move to the other shard and get round 1 there.
+    cluster.shards[0].signal(libc::SIGSTOP);
+    wait_victims_served(
+        &cluster,
+        PREFIX,
+        &victims,
+        1,
+        "the frozen shard's keys to move",
+    );
+    let rejoins = healthy_again_count(&cluster);
+    cluster.shards[0].signal(libc::SIGCONT);
+    wait_until(REACT, POLL, "the resumed shard to rejoin", || {
+        (healthy_again_count(&cluster) > rejoins).then_some(())
+    });
+    let misses_after_rejoin =
+        assert_not_stale(&cluster, PREFIX, &victims, 1, "after the shard rejoined");
+
+    // 2. Round 2 is written where the keys live now (the rejoined shard),
+    //    then that shard dies: the fallback must not serve round 1.
+    let mut c = cluster.client();
+    for &i in &victims {
+        let reply = try_set_on(&mut c, &key(PREFIX, i), &value(PREFIX, i, 2));
+        assert_eq!(reply, b"STORED\r\n", "round 2: {}", escape(&reply, 200));
+    }
+    cluster.shards[0].stop();
+    wait_until(
+        REACT,
+        POLL,
+        "the dead shard's keys to be served again",
+        || {
+            read_all(&cluster, PREFIX, &victims[..1])[0]
+                .is_ok()
+                .then_some(())
+        },
+    );
+    let misses_second =
+        assert_not_stale(&cluster, PREFIX, &victims, 2, "after the second ejection");
+    eprintln!(
+        "eject staleness: {} keys; misses after rejoin {misses_after_rejoin}, after the second ejection {misses_second}",
+        victims.len()
+    );
+}

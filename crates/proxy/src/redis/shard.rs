@@ -24,6 +24,9 @@ pub struct Shard {
     /// Set by the health monitor (PING); true until pings say otherwise.
     healthy: AtomicBool,
     metrics: ShardMetrics,
+    /// Keys routed to other shards while this one was ejected (kept
+    /// across reloads with the shard).
+    pub diverted: crate::eject::Diverted,
 }
 
 impl Shard {
@@ -56,6 +59,7 @@ impl Shard {
             up,
             healthy: AtomicBool::new(true),
             metrics,
+            diverted: crate::eject::Diverted::default(),
         }
     }
 

@@ -391,7 +391,11 @@ impl Session {
                     } else {
                         translate::get(&mut self.cmd_buf, key);
                     }
-                    let shard = backends.locate(key);
+                    let shard = if touch {
+                        backends.locate(key)
+                    } else {
+                        backends.locate_read(key)
+                    };
                     self.send_redis(backends, shard, seq, 0);
                     if !touch && migration.backfills(route) {
                         retrieval.backfill = Some(Backfill::default());
@@ -424,7 +428,11 @@ impl Session {
                     mc_groups[server].push(key);
                 }
                 _ => {
-                    let shard = backends.locate(key);
+                    let shard = if touch {
+                        backends.locate(key)
+                    } else {
+                        backends.locate_read(key)
+                    };
                     placed.push((Side::Redis, shard as u32, redis_groups[shard].len() as u32));
                     redis_groups[shard].push(key);
                     any_backfill |= !touch && migration.backfills(route);

@@ -94,6 +94,9 @@ pub struct Session {
     read_closed: bool,
     cas: CasGenerator,
     closing: bool,
+    /// SIGTERM: read nothing more, but answer every complete request
+    /// already in the read buffer before closing.
+    draining: bool,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
@@ -126,6 +129,7 @@ impl Session {
             pending_bytes: 0,
             cas: CasGenerator::new(seed),
             closing: false,
+            draining: false,
         }
     }
 
@@ -243,15 +247,20 @@ impl Session {
                 self.proxy.metrics.slow_consumer_closed();
                 return Some(SessionEnd::SlowConsumer);
             }
-            if self.closing && self.pending.is_empty() && self.wbuf.is_empty() {
+            if (self.closing || self.draining) && self.pending.is_empty() && self.wbuf.is_empty() {
+                // Draining: every complete request read has been answered
+                // (with nothing pending, `process_input` left at most an
+                // incomplete one in the buffer).
                 let _ = wr.shutdown().await;
                 return Some(if self.read_closed {
                     SessionEnd::ClientClosed
+                } else if self.draining && !self.closing {
+                    SessionEnd::Shutdown
                 } else {
                     SessionEnd::Quit
                 });
             }
-            let reading = !self.closing && self.waiting < MAX_WAITING;
+            let reading = !self.closing && !self.draining && self.waiting < MAX_WAITING;
             // Grow only when unparsed input is waiting for room (or there is
             // no buffer yet): a quiet connection keeps its small buffer.
             let spare = self.rbuf.capacity() - self.rbuf.len();
@@ -268,7 +277,8 @@ impl Session {
                 .front()
                 .filter(|p| p.waiting > 0)
                 .map(|p| p.deadline);
-            let idle_at = idle_deadline.filter(|_| self.pending.is_empty() && !self.closing);
+            let idle_at = idle_deadline
+                .filter(|_| self.pending.is_empty() && !self.closing && !self.draining);
             if self.pending.is_empty()
                 && self.wbuf.is_empty()
                 && self.rbuf.is_empty()
@@ -324,12 +334,11 @@ impl Session {
                 _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
                     return Some(SessionEnd::IdleTimeout);
                 }
-                _ = shutdown.changed(), if !self.closing => {
-                    // Drain: stop reading, finish what is in flight.
-                    self.closing = true;
-                    if self.pending.is_empty() && self.wbuf.is_empty() {
-                        return Some(SessionEnd::Shutdown);
-                    }
+                _ = shutdown.changed(), if !self.closing && !self.draining => {
+                    // Drain: stop reading; answer everything already read
+                    // (in flight, or parsed-to-be in the buffer, held back
+                    // by MAX_WAITING) before closing.
+                    self.draining = true;
                 }
             }
         }

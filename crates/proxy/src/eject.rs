@@ -1,0 +1,234 @@
+//! `on_shard_down = "eject"` without stale reads (twemproxy #604).
+//!
+//! While a shard is ejected its keys are served by the others (the ring
+//! without it). Two things could then serve a value older than an
+//! acknowledged write:
+//! * when the shard rejoins, it still holds the values it had before it was
+//!   ejected, while newer ones were written to a fallback shard;
+//! * at the shard's next ejection, the fallback shards still hold the copies
+//!   written during the first one, older than what the shard got since.
+//!
+//! So every key this process routes away from its owner is remembered (per
+//! owner, bounded), and before the owner rejoins the ring those keys are
+//! deleted on every shard: a read after the rejoin is then the newest write
+//! or a miss. When more keys were diverted than remembered, the owner is
+//! flushed and the other shards are scanned for copies of its keys instead.
+//! The list is cleaned once more right after the ring switches (writes that
+//! were being routed at that instant).
+//!
+//! The guarantee holds within one memshift process. Several processes each
+//! decide alone when a shard is down: a key diverted by another process is
+//! deleted when that process sees the rejoin, so for one health-check
+//! cycle (`health_check_interval_ms`) a process that already routes to the
+//! rejoined shard can read a value another process overwrote elsewhere.
+//! docs/config.md states this next to `on_shard_down`.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use bytes::{Bytes, BytesMut};
+use memshift_protocol::resp::{encode_command, Frame};
+
+use crate::proxy::Backends;
+use crate::redis::BackendError;
+
+/// Diverted keys remembered per owner before falling back to a flush + scan.
+pub const MAX_DIVERTED_KEYS: usize = 100_000;
+/// Keys per `DEL` and per `SCAN` page.
+const BATCH: usize = 500;
+
+/// The keys of one shard that were routed to another shard while it was
+/// ejected. Only touched while a shard is ejected (degraded mode), so its
+/// lock is never taken on the normal request path.
+#[derive(Debug, Default)]
+pub struct Diverted {
+    keys: Mutex<DivertedKeys>,
+}
+
+#[derive(Debug, Default)]
+pub struct DivertedKeys {
+    keys: HashSet<Bytes>,
+    /// More than `MAX_DIVERTED_KEYS` were diverted: the list is incomplete.
+    overflowed: bool,
+}
+
+impl DivertedKeys {
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && !self.overflowed
+    }
+}
+
+impl Diverted {
+    pub fn record(&self, key: &[u8]) {
+        let mut d = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if d.overflowed || d.keys.contains(key) {
+            return;
+        }
+        if d.keys.len() >= MAX_DIVERTED_KEYS {
+            d.overflowed = true;
+            d.keys = HashSet::new();
+            return;
+        }
+        d.keys.insert(Bytes::copy_from_slice(key));
+    }
+
+    pub fn take(&self) -> DivertedKeys {
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Put back what a failed clean-up did not finish.
+    fn restore(&self, taken: DivertedKeys) {
+        let mut d = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        d.overflowed |= taken.overflowed;
+        if d.overflowed {
+            d.keys = HashSet::new();
+        } else {
+            d.keys.extend(taken.keys);
+        }
+    }
+}
+
+/// What a clean-up did (for the log line).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cleaned {
+    /// Keys deleted everywhere from the list.
+    pub keys: usize,
+    /// The list had overflowed: the owner was flushed.
+    pub flushed: bool,
+    /// Copies found by scanning the other shards.
+    pub scanned_copies: usize,
+}
+
+/// Remove every value of `owner`'s diverted keys, on every shard, before it
+/// rejoins. On failure the list is kept for the next attempt.
+pub async fn clean(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
+    let Some(shard) = backends.shards.get(owner) else {
+        return Ok(Cleaned::default());
+    };
+    let taken = shard.diverted.take();
+    if taken.is_empty() {
+        return Ok(Cleaned::default());
+    }
+    let result = if taken.overflowed {
+        flush_and_scan(backends, owner).await
+    } else {
+        delete_everywhere(backends, &taken.keys).await
+    };
+    if result.is_err() {
+        shard.diverted.restore(taken);
+    }
+    result
+}
+
+async fn delete_everywhere(
+    backends: &Backends,
+    keys: &HashSet<Bytes>,
+) -> Result<Cleaned, BackendError> {
+    let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    for batch in keys.chunks(BATCH) {
+        let cmd = del_command(batch.iter().copied());
+        for shard in 0..backends.shards.len() {
+            expect_ok(backends.call(shard, cmd.clone()).await)?;
+        }
+    }
+    Ok(Cleaned {
+        keys: keys.len(),
+        ..Cleaned::default()
+    })
+}
+
+/// Too many keys to list: flush the owner, and delete the copies of its
+/// keys the other shards hold (found by SCAN, placed by the full ring).
+async fn flush_and_scan(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
+    let mut buf = BytesMut::new();
+    encode_command(&mut buf, &[b"FLUSHDB"]);
+    expect_ok(backends.call(owner, buf.split().freeze()).await)?;
+    let mut copies = 0;
+    for shard in (0..backends.shards.len()).filter(|&s| s != owner) {
+        let mut cursor = Bytes::from_static(b"0");
+        loop {
+            encode_command(
+                &mut buf,
+                &[b"SCAN", &cursor[..], b"COUNT", BATCH.to_string().as_bytes()],
+            );
+            let reply = expect_ok(backends.call(shard, buf.split().freeze()).await)?;
+            let Frame::Array(parts) = reply else {
+                return Err(BackendError::Unavailable);
+            };
+            let (next, found) = match parts.as_slice() {
+                [Frame::Bulk(next), Frame::Array(found)] => (next.clone(), found),
+                _ => return Err(BackendError::Unavailable),
+            };
+            let theirs: Vec<&[u8]> = found
+                .iter()
+                .filter_map(|f| match f {
+                    Frame::Bulk(k) if backends.ring.locate(k) == owner => Some(&k[..]),
+                    _ => None,
+                })
+                .collect();
+            if !theirs.is_empty() {
+                copies += theirs.len();
+                expect_ok(backends.call(shard, del_command(theirs.into_iter())).await)?;
+            }
+            if &next[..] == b"0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(Cleaned {
+        flushed: true,
+        scanned_copies: copies,
+        ..Cleaned::default()
+    })
+}
+
+fn del_command<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Bytes {
+    let mut args: Vec<&[u8]> = vec![b"DEL"];
+    args.extend(keys);
+    let mut buf = BytesMut::new();
+    encode_command(&mut buf, &args);
+    buf.freeze()
+}
+
+fn expect_ok(reply: Result<Frame, BackendError>) -> Result<Frame, BackendError> {
+    match reply? {
+        // The shard answered but refused: not clean, try again later.
+        Frame::Error(_) => Err(BackendError::Unavailable),
+        frame => Ok(frame),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_each_key_once_and_overflows_to_a_flag() {
+        let d = Diverted::default();
+        d.record(b"a");
+        d.record(b"a");
+        d.record(b"b");
+        let taken = d.take();
+        assert_eq!(taken.keys.len(), 2);
+        assert!(!taken.overflowed);
+        assert!(d.take().is_empty());
+
+        for i in 0..=MAX_DIVERTED_KEYS {
+            d.record(i.to_string().as_bytes());
+        }
+        let taken = d.take();
+        assert!(taken.overflowed && taken.keys.is_empty());
+    }
+
+    #[test]
+    fn a_failed_clean_up_keeps_its_keys() {
+        let d = Diverted::default();
+        d.record(b"a");
+        let taken = d.take();
+        d.record(b"b");
+        d.restore(taken);
+        let back = d.take();
+        assert_eq!(back.keys.len(), 2);
+    }
+}
