@@ -9,6 +9,7 @@ use memshift_shadow::queue::DropReason;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
 struct Server {
