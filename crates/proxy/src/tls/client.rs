@@ -73,7 +73,7 @@ impl RedisTls {
                         keys: "redis.tls_cert/redis.tls_key",
                         cert: cert_path.clone(),
                         key: key_path.clone(),
-                        source,
+                        source: Box::new(source),
                     })?
             }
             // Validation guarantees both or neither.

@@ -73,7 +73,8 @@ pub enum TlsError {
         keys: &'static str,
         cert: PathBuf,
         key: PathBuf,
-        source: rustls::Error,
+        /// Boxed: keeps `TlsError` (and every `Result` carrying it) small.
+        source: Box<rustls::Error>,
     },
     #[error("redis.tls_ca: not set and {} holds no usable CA certificate", .path.display())]
     NoSystemCa { path: PathBuf },

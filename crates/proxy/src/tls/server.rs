@@ -61,7 +61,7 @@ pub fn server_config(cfg: &TlsConfig) -> Result<(Arc<ServerConfig>, String), Tls
             keys: "tls.cert/tls.key",
             cert: cfg.cert.clone(),
             key: cfg.key.clone(),
-            source,
+            source: Box::new(source),
         })?;
     Ok((Arc::new(config), leaf))
 }
