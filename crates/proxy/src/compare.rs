@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::client::{self, Response};
-use memshift_shadow::compare::{compare, CompareResult};
+use memshift_shadow::compare::compare;
 use tokio::sync::mpsc;
 
 use crate::legacy::ReplyShape;
-use crate::metrics::CompareResult as MetricResult;
 use crate::migration::Side;
 use crate::proxy::Proxy;
 use crate::redis::{encoding, translate, Reply, ReplyTo};
@@ -26,12 +25,7 @@ pub fn spawn(proxy: Arc<Proxy>, key: Bytes, primary_side: Side, primary: Option<
             primary.as_ref().map(|(f, d)| (*f, &d[..])),
             other.as_ref().map(|(f, d)| (*f, &d[..])),
         );
-        proxy.metrics.compare(match result {
-            CompareResult::Match => MetricResult::Match,
-            CompareResult::ValueMismatch => MetricResult::ValueMismatch,
-            CompareResult::PrimaryMiss => MetricResult::PrimaryMiss,
-            CompareResult::ShadowMiss => MetricResult::ShadowMiss,
-        });
+        proxy.metrics.compare(result);
         proxy.migration.load().mismatches.record(&key, result);
     });
 }

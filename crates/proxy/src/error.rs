@@ -16,5 +16,7 @@ pub enum ProxyError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("{0}")]
     Other(String),
 }

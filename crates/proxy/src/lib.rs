@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod migration;
 pub mod proxy;
 pub mod redis;
+pub mod ring_plan;
 pub mod run;
 pub mod server;
 pub mod session;

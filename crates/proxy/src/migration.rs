@@ -162,16 +162,7 @@ struct ShadowMetrics {
 
 impl memshift_shadow::queue::ShadowObserver for ShadowMetrics {
     fn result(&self, result: memshift_shadow::queue::ShadowResult) {
-        use crate::metrics::ShadowResult as M;
-        use memshift_shadow::queue::ShadowResult as S;
-        self.metrics.shadow_write(
-            self.side.metrics(),
-            match result {
-                S::Ok => M::Ok,
-                S::Error(_) => M::Error,
-                S::Dropped(_) => M::Dropped,
-            },
-        );
+        self.metrics.shadow_write(self.side.metrics(), &result);
     }
 
     fn breaker(&self, open: bool) {

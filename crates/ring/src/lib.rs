@@ -372,11 +372,12 @@ impl PlacementDiff {
     }
 }
 
-/// Place every key on both rings and count what moves where.
-pub fn placement_diff<'k>(
+/// Place every key on both rings and count what moves where. Keys may be
+/// borrowed (`&[u8]`) or owned (generated `String`s).
+pub fn placement_diff<K: AsRef<[u8]>>(
     old: &Ring,
     new: &Ring,
-    keys: impl IntoIterator<Item = &'k [u8]>,
+    keys: impl IntoIterator<Item = K>,
 ) -> PlacementDiff {
     let mut d = PlacementDiff {
         old_load: vec![0; old.shard_count()],
@@ -384,6 +385,7 @@ pub fn placement_diff<'k>(
         ..PlacementDiff::default()
     };
     for key in keys {
+        let key = key.as_ref();
         let o = old.locate(key);
         let n = new.locate(key);
         d.total += 1;

@@ -60,6 +60,9 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Every backend, in declaration order (`b as usize` indexes it).
+    pub const ALL: [Backend; 2] = [Backend::Redis, Backend::Memcached];
+
     /// The `backend` label value.
     pub fn label(self) -> &'static str {
         match self {

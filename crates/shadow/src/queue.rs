@@ -61,13 +61,23 @@ pub enum ShadowResult {
 }
 
 impl ShadowResult {
+    /// Every `result` label of `memshift_shadow_writes_total`, indexed by
+    /// [`ShadowResult::label_index`]: lets metrics register each series up
+    /// front (the variants carry data, so there is no `ALL`).
+    pub const LABELS: [&'static str; 3] = ["ok", "error", "dropped"];
+
+    /// Position of this result's label in [`ShadowResult::LABELS`].
+    pub fn label_index(&self) -> usize {
+        match self {
+            ShadowResult::Ok => 0,
+            ShadowResult::Error(_) => 1,
+            ShadowResult::Dropped(_) => 2,
+        }
+    }
+
     /// The `result` label of `memshift_shadow_writes_total`.
     pub fn label(&self) -> &'static str {
-        match self {
-            ShadowResult::Ok => "ok",
-            ShadowResult::Error(_) => "error",
-            ShadowResult::Dropped(_) => "dropped",
-        }
+        Self::LABELS[self.label_index()]
     }
 }
 

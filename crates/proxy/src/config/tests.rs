@@ -1,4 +1,5 @@
 use super::*;
+use std::net::SocketAddr;
 
 const MIN: &str = r#"
 [server]

@@ -1,112 +1,24 @@
-//! TLS 1.3 with rustls (ring provider only): the client-facing listener
-//! (`server.tls_listen`, `[tls]`: optional mTLS, certificates reloaded on
-//! SIGHUP) and the connections to the Redis shards (`redis.tls*`).
-//!
-//! Certificates and keys are PEM, parsed with rustls-pki-types' `PemObject`.
+//! The client-facing TLS listener: the acceptor built from `[tls]`,
+//! optional mTLS, certificates reloaded on SIGHUP, and the handshake under a
+//! timeout, counted in `memshift_tls_handshakes_total`.
 
-use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsAcceptor;
 
-use crate::config::{RedisConfig, TlsConfig};
-use crate::error::ProxyError;
+use super::{load_certs, load_key, provider, roots, TlsError, VERSIONS};
+use crate::config::TlsConfig;
 use crate::metrics::{Metrics, TlsResult};
-
-/// Why certificates or keys could not be used; one line naming the key and
-/// the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsError(String);
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TlsError {}
-
-impl From<TlsError> for ProxyError {
-    fn from(e: TlsError) -> ProxyError {
-        ProxyError::Other(e.0)
-    }
-}
-
-/// The only provider memshift uses (no aws-lc, no process-wide default).
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// TLS 1.3 only, on both sides: Redis 6+ speaks it too.
-static VERSIONS: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
-
-fn read_file(key: &str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|e| TlsError(format!("{key}: cannot read {}: {e}", path.display())))
-}
-
-fn parse_certs(
-    key: &str,
-    path: &Path,
-    pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError(format!("{key}: {}: bad PEM: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(TlsError(format!(
-            "{key}: {}: no CERTIFICATE in the file",
-            path.display()
-        )));
-    }
-    Ok(certs)
-}
-
-fn parse_key(key: &str, path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
-        TlsError(format!(
-            "{key}: {}: no usable PRIVATE KEY: {e}",
-            path.display()
-        ))
-    })
-}
-
-fn load_certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    parse_certs(key, path, &read_file(key, path)?)
-}
-
-fn load_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    parse_key(key, path, &read_file(key, path)?)
-}
-
-fn roots(
-    key: &str,
-    path: &Path,
-    certs: Vec<CertificateDer<'static>>,
-) -> Result<RootCertStore, TlsError> {
-    let mut store = RootCertStore::empty();
-    for cert in certs {
-        store.add(cert).map_err(|e| {
-            TlsError(format!(
-                "{key}: {}: unusable CA certificate: {e}",
-                path.display()
-            ))
-        })?;
-    }
-    Ok(store)
-}
 
 /// SHA-1 of the leaf certificate, as `openssl x509 -fingerprint` prints it:
 /// lets an operator see which certificate a reload put in service.
@@ -119,9 +31,6 @@ fn fingerprint(cert: &CertificateDer<'_>) -> String {
         .join(":")
 }
 
-// ---------------------------------------------------------------------------
-// client-facing side
-
 /// Builds the listener's rustls config from `[tls]`: TLS 1.3 only, and with
 /// `client_ca` a mandatory, verified client certificate. Returns it with the
 /// leaf certificate's fingerprint.
@@ -132,24 +41,28 @@ pub fn server_config(cfg: &TlsConfig) -> Result<(Arc<ServerConfig>, String), Tls
     let provider = provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(VERSIONS)
-        .map_err(|e| TlsError(format!("tls: {e}")))?;
+        .map_err(|source| TlsError::Settings { key: "tls", source })?;
     let builder = match &cfg.client_ca {
         Some(ca) => {
             let store = roots("tls.client_ca", ca, load_certs("tls.client_ca", ca)?)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
                 .build()
-                .map_err(|e| TlsError(format!("tls.client_ca: {}: {e}", ca.display())))?;
+                .map_err(|source| TlsError::ClientVerifier {
+                    path: ca.clone(),
+                    source,
+                })?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
-    let config = builder.with_single_cert(certs, key).map_err(|e| {
-        TlsError(format!(
-            "tls.cert/tls.key: {} with {}: {e}",
-            cfg.cert.display(),
-            cfg.key.display()
-        ))
-    })?;
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|source| TlsError::CertKeyPair {
+            keys: "tls.cert/tls.key",
+            cert: cfg.cert.clone(),
+            key: cfg.key.clone(),
+            source: Box::new(source),
+        })?;
     Ok((Arc::new(config), leaf))
 }
 
@@ -295,216 +208,16 @@ impl AsyncWrite for ServerStream {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Redis side
-
-/// `redis.tls*` turned into one rustls client config, shared by every shard.
-#[derive(Clone)]
-pub struct RedisTls {
-    config: Arc<ClientConfig>,
-    server_name: Option<String>,
-    /// Identifies the inputs (file contents, not just paths): a reload with
-    /// the same files keeps the shard connections, new files replace them.
-    digest: u64,
-}
-
-impl RedisTls {
-    /// `None` when `redis.tls` is off.
-    pub fn from_config(redis: &RedisConfig) -> Result<Option<RedisTls>, TlsError> {
-        if !redis.tls {
-            return Ok(None);
-        }
-        let mut digest_input: Vec<u8> = Vec::new();
-        let (store, ca_path) = match &redis.tls_ca {
-            Some(path) => {
-                let pem = read_file("redis.tls_ca", path)?;
-                digest_input.extend_from_slice(&pem);
-                let certs = parse_certs("redis.tls_ca", path, &pem)?;
-                (roots("redis.tls_ca", path, certs)?, path.clone())
-            }
-            None => {
-                let (path, pem) = system_roots()?;
-                digest_input.extend_from_slice(&pem);
-                let mut store = RootCertStore::empty();
-                let certs = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok);
-                // A system bundle can hold a few certificates webpki rejects.
-                let (added, _ignored) = store.add_parsable_certificates(certs);
-                if added == 0 {
-                    return Err(TlsError(format!(
-                        "redis.tls_ca: not set and {} holds no usable CA certificate",
-                        path.display()
-                    )));
-                }
-                (store, path)
-            }
-        };
-        let builder = ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(VERSIONS)
-            .map_err(|e| TlsError(format!("redis.tls: {e}")))?
-            .with_root_certificates(store);
-        let config = match (&redis.tls_cert, &redis.tls_key) {
-            (Some(cert_path), Some(key_path)) => {
-                let cert_pem = read_file("redis.tls_cert", cert_path)?;
-                let key_pem = read_file("redis.tls_key", key_path)?;
-                digest_input.extend_from_slice(&cert_pem);
-                digest_input.extend_from_slice(&key_pem);
-                let certs = parse_certs("redis.tls_cert", cert_path, &cert_pem)?;
-                let key = parse_key("redis.tls_key", key_path, &key_pem)?;
-                builder.with_client_auth_cert(certs, key).map_err(|e| {
-                    TlsError(format!(
-                        "redis.tls_cert/redis.tls_key: {} with {}: {e}",
-                        cert_path.display(),
-                        key_path.display()
-                    ))
-                })?
-            }
-            // Validation guarantees both or neither.
-            _ => builder.with_no_client_auth(),
-        };
-        if let Some(name) = &redis.tls_server_name {
-            ServerName::try_from(name.as_str())
-                .map_err(|e| TlsError(format!("redis.tls_server_name: {name:?}: {e}")))?;
-        } else {
-            for shard in &redis.shards {
-                let host = host_of(&shard.addr);
-                ServerName::try_from(host).map_err(|e| {
-                    TlsError(format!(
-                        "redis.shards: {:?}: {host:?} cannot be checked against a certificate ({e}); set redis.tls_server_name",
-                        shard.addr
-                    ))
-                })?;
-            }
-        }
-        tracing::debug!(ca = %ca_path.display(), "redis TLS client config built");
-        Ok(Some(RedisTls {
-            config: Arc::new(config),
-            server_name: redis.tls_server_name.clone(),
-            digest: twox_hash::XxHash3_64::oneshot(&digest_input),
-        }))
-    }
-
-    /// The settings one shard's connections use.
-    pub fn for_shard(&self, addr: &str) -> ShardTls {
-        ShardTls {
-            config: self.config.clone(),
-            server_name: self
-                .server_name
-                .clone()
-                .unwrap_or_else(|| host_of(addr).to_string()),
-            digest: self.digest,
-        }
-    }
-}
-
-/// TLS settings of one shard connection: the shared client config and the
-/// name its certificate must carry.
-#[derive(Clone)]
-pub struct ShardTls {
-    pub config: Arc<ClientConfig>,
-    pub server_name: String,
-    digest: u64,
-}
-
-// Equal when built from the same files for the same name: lets a reload
-// keep connections whose TLS settings did not change.
-impl PartialEq for ShardTls {
-    fn eq(&self, other: &ShardTls) -> bool {
-        self.digest == other.digest && self.server_name == other.server_name
-    }
-}
-
-impl Eq for ShardTls {}
-
-impl fmt::Debug for ShardTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShardTls")
-            .field("server_name", &self.server_name)
-            .field("digest", &format_args!("{:016x}", self.digest))
-            .finish()
-    }
-}
-
-/// Client handshake with a shard over an open TCP connection.
-pub async fn connect_shard(
-    tls: &ShardTls,
-    tcp: TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    let name = ServerName::try_from(tls.server_name.clone())
-        .map_err(|e| format!("tls server name {:?}: {e}", tls.server_name))?;
-    TlsConnector::from(tls.config.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls handshake: {e}"))
-}
-
-/// `host:port` → host, without IPv6 brackets.
-fn host_of(addr: &str) -> &str {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-}
-
-/// The system CA bundle, OpenSSL-style: `SSL_CERT_FILE`, else the usual
-/// distribution paths.
-fn system_roots() -> Result<(PathBuf, Vec<u8>), TlsError> {
-    const BUNDLES: [&str; 4] = [
-        "/etc/ssl/certs/ca-certificates.crt",
-        "/etc/pki/tls/certs/ca-bundle.crt",
-        "/etc/ssl/ca-bundle.pem",
-        "/etc/ssl/cert.pem",
-    ];
-    let candidates = std::env::var_os("SSL_CERT_FILE")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(BUNDLES.iter().map(PathBuf::from));
-    for path in candidates {
-        if let Ok(pem) = std::fs::read(&path) {
-            return Ok((path, pem));
-        }
-    }
-    Err(TlsError(
-        "redis.tls_ca: not set and no system CA bundle found (set redis.tls_ca or SSL_CERT_FILE)"
-            .to_string(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ShardConfig;
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use crate::tls::test_support::{write, Ca};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{PrivateKeyDer, ServerName};
+    use rustls::ClientConfig;
+    use std::path::PathBuf;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    struct Ca {
-        issuer: CertifiedIssuer<'static, KeyPair>,
-    }
-
-    impl Ca {
-        fn new() -> Ca {
-            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            let issuer =
-                CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-            Ca { issuer }
-        }
-
-        /// (cert PEM, key PEM, cert DER)
-        fn leaf(&self, san: &str) -> (String, String, Vec<u8>) {
-            let key = KeyPair::generate().unwrap();
-            let cert = CertificateParams::new(vec![san.to_string()])
-                .unwrap()
-                .signed_by(&key, &*self.issuer)
-                .unwrap();
-            (cert.pem(), key.serialize_pem(), cert.der().to_vec())
-        }
-    }
-
-    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
+    use tokio_rustls::TlsConnector;
 
     fn tls_config(cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> TlsConfig {
         TlsConfig {
@@ -587,68 +300,6 @@ mod tests {
         assert_eq!(
             classify(&io::ErrorKind::UnexpectedEof.into()),
             TlsResult::Error
-        );
-    }
-
-    #[test]
-    fn host_of_strips_port_and_brackets() {
-        assert_eq!(host_of("redis.internal:6379"), "redis.internal");
-        assert_eq!(host_of("10.0.0.1:6380"), "10.0.0.1");
-        assert_eq!(host_of("[::1]:6381"), "::1");
-    }
-
-    fn redis_config(dir: &Path, ca: &Ca) -> RedisConfig {
-        let (c, k, _) = ca.leaf("memshift");
-        RedisConfig {
-            shards: vec![ShardConfig {
-                addr: "127.0.0.1:6379".into(),
-                weight: 1,
-                name: None,
-            }],
-            tls: true,
-            tls_ca: Some(write(dir, "ca.pem", &ca.issuer.pem())),
-            tls_cert: Some(write(dir, "client.pem", &c)),
-            tls_key: Some(write(dir, "client.key", &k)),
-            ..RedisConfig::default()
-        }
-    }
-
-    #[test]
-    fn redis_settings_compare_by_file_contents() {
-        assert!(RedisTls::from_config(&RedisConfig::default())
-            .unwrap()
-            .is_none());
-        let dir = tempfile::tempdir().unwrap();
-        let ca = Ca::new();
-        let redis = redis_config(dir.path(), &ca);
-        let a = RedisTls::from_config(&redis).unwrap().unwrap();
-        let b = RedisTls::from_config(&redis).unwrap().unwrap();
-        assert_eq!(a.for_shard("127.0.0.1:6379"), b.for_shard("127.0.0.1:6379"));
-        assert_eq!(a.for_shard("127.0.0.1:6379").server_name, "127.0.0.1");
-        assert_ne!(a.for_shard("127.0.0.1:6379"), a.for_shard("10.0.0.2:6379"));
-
-        // A rotated client certificate makes different settings (new
-        // connections on reload).
-        let (c, k, _) = ca.leaf("memshift");
-        std::fs::write(redis.tls_cert.as_ref().unwrap(), c).unwrap();
-        std::fs::write(redis.tls_key.as_ref().unwrap(), k).unwrap();
-        let rotated = RedisTls::from_config(&redis).unwrap().unwrap();
-        assert_ne!(
-            a.for_shard("127.0.0.1:6379"),
-            rotated.for_shard("127.0.0.1:6379")
-        );
-
-        let mut named = redis.clone();
-        named.tls_server_name = Some("redis.internal".into());
-        let n = RedisTls::from_config(&named).unwrap().unwrap();
-        assert_eq!(n.for_shard("127.0.0.1:6379").server_name, "redis.internal");
-
-        let mut bad = redis.clone();
-        bad.tls_ca = Some(dir.path().join("nope.pem"));
-        let e = RedisTls::from_config(&bad).err().unwrap();
-        assert!(
-            e.to_string().starts_with("redis.tls_ca: cannot read"),
-            "{e}"
         );
     }
 

@@ -1,0 +1,157 @@
+//! The catalogue of what is exported: family names with their type and
+//! HELP text, and the fixed label values (commands, phases, buckets).
+
+/// Every command the proxy counts, in the order [`command_index`] numbers
+/// them. The strings are the `command` label values.
+pub const COMMANDS: [&str; 24] = [
+    "get",
+    "gets",
+    "gat",
+    "gats",
+    "set",
+    "add",
+    "replace",
+    "append",
+    "prepend",
+    "cas",
+    "incr",
+    "decr",
+    "delete",
+    "touch",
+    "flush_all",
+    "version",
+    "verbosity",
+    "stats",
+    "quit",
+    "mn",
+    "mg",
+    "ms",
+    "md",
+    "ma",
+];
+
+/// Position of a command in [`COMMANDS`]; resolve once, then pass the index
+/// to [`Metrics::request`].
+pub fn command_index(name: &str) -> Option<usize> {
+    COMMANDS.iter().position(|c| *c == name)
+}
+
+/// The migration phases, as `phase` label values of `memshift_migration_phase`.
+pub const PHASES: [&str; 5] = ["memcached", "warmup", "canary", "cutover", "redis"];
+
+/// Upper bounds (seconds) of `memshift_request_duration_seconds`: 50µs to 1s,
+/// dense below 10ms where a healthy proxy in front of local Redis lives.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+// Family names, shared by registration, describe() and the tests.
+pub const REQUESTS_TOTAL: &str = "memshift_requests_total";
+pub const REQUEST_DURATION: &str = "memshift_request_duration_seconds";
+pub const GET_HITS: &str = "memshift_get_hits_total";
+pub const GET_MISSES: &str = "memshift_get_misses_total";
+pub const BACKEND_ERRORS: &str = "memshift_backend_errors_total";
+pub const BACKEND_UP: &str = "memshift_backend_up";
+pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
+pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
+pub const REJECTED_CONNECTIONS: &str = "memshift_rejected_connections_total";
+pub const SLOW_CONSUMERS: &str = "memshift_slow_consumers_total";
+pub const SHADOW_WRITES: &str = "memshift_shadow_writes_total";
+pub const SHADOW_BREAKER_OPEN: &str = "memshift_shadow_breaker_open";
+pub const COMPARE: &str = "memshift_compare_total";
+pub const MIGRATION_PHASE: &str = "memshift_migration_phase";
+pub const ROLLBACKS: &str = "memshift_rollbacks_total";
+pub const TLS_HANDSHAKES: &str = "memshift_tls_handshakes_total";
+pub const CONFIG_RELOADS: &str = "memshift_config_reloads_total";
+pub const BUILD_INFO: &str = "memshift_build_info";
+
+/// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
+/// `memshift_backend_*` only get series once a shard is registered.
+pub const FAMILIES: [(&str, &str, &str); 18] = [
+    (
+        REQUESTS_TOTAL,
+        "counter",
+        "Client requests handled, by memcached command.",
+    ),
+    (
+        REQUEST_DURATION,
+        "histogram",
+        "Time from a parsed request to its encoded reply, by command.",
+    ),
+    (
+        GET_HITS,
+        "counter",
+        "Keys found by get/gets/gat/gats, by the backend that answered.",
+    ),
+    (
+        GET_MISSES,
+        "counter",
+        "Keys not found by get/gets/gat/gats, by the backend that answered.",
+    ),
+    (
+        BACKEND_ERRORS,
+        "counter",
+        "Failed backend requests, by backend, shard and kind.",
+    ),
+    (
+        BACKEND_UP,
+        "gauge",
+        "1 while the shard or server answers, 0 while it is down.",
+    ),
+    (CLIENT_CONNECTIONS, "gauge", "Open client connections."),
+    (
+        CLIENT_CONNECTIONS_TOTAL,
+        "counter",
+        "Client connections accepted since start.",
+    ),
+    (
+        REJECTED_CONNECTIONS,
+        "counter",
+        "Client connections refused because max_connections was reached.",
+    ),
+    (
+        SLOW_CONSUMERS,
+        "counter",
+        "Client connections closed because they did not read their replies.",
+    ),
+    (
+        SHADOW_WRITES,
+        "counter",
+        "Shadow writes to the non-primary backend, by result.",
+    ),
+    (
+        SHADOW_BREAKER_OPEN,
+        "gauge",
+        "1 while the shadow circuit breaker for the backend is open.",
+    ),
+    (
+        COMPARE,
+        "counter",
+        "Sampled reads compared across both backends, by result.",
+    ),
+    (
+        MIGRATION_PHASE,
+        "gauge",
+        "1 for the current migration phase, 0 for the others.",
+    ),
+    (
+        ROLLBACKS,
+        "counter",
+        "Automatic canary rollbacks to warmup.",
+    ),
+    (
+        TLS_HANDSHAKES,
+        "counter",
+        "Client TLS handshakes, by result.",
+    ),
+    (
+        CONFIG_RELOADS,
+        "counter",
+        "Config reloads (SIGHUP), by result.",
+    ),
+    (
+        BUILD_INFO,
+        "gauge",
+        "Always 1; the version label carries the build.",
+    ),
+];
