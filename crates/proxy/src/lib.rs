@@ -11,6 +11,7 @@ pub mod copy;
 pub mod eject;
 pub mod error;
 pub mod fd_limit;
+pub mod flush;
 pub mod health;
 pub mod legacy;
 pub mod metrics;

@@ -263,6 +263,8 @@ pub struct Proxy {
     /// Seeds each session's CAS generator (random per process).
     pub cas_seed: u64,
     pub shutdown: watch::Receiver<bool>,
+    /// The one `flush_all <delay>` deadline.
+    pub flush: crate::flush::FlushSchedule,
 }
 
 impl Proxy {
@@ -284,16 +286,31 @@ impl Proxy {
             stats: Stats::default(),
             facts: ServerFacts {
                 started: Instant::now(),
+                started_unix: crate::flush::unix_now(),
                 threads,
                 max_connections: server.max_connections,
                 version: VERSION,
             },
             cas_seed,
             shutdown,
+            flush: crate::flush::FlushSchedule::default(),
         }
     }
 
-    /// `flush_all <delay>` once the delay has passed: FLUSHDB on every shard,
+    /// Apply `flush_all <delay>` deadlines as they come (for the life of
+    /// the process).
+    pub fn start_flush_schedule(self: &Arc<Self>) {
+        let proxy = self.clone();
+        tokio::spawn(async move {
+            let flusher = proxy.clone();
+            proxy
+                .flush
+                .run(move || flusher.clone().flush_all_detached())
+                .await
+        });
+    }
+
+    /// A `flush_all <delay>` deadline has come: FLUSHDB on every shard,
     /// outside any session.
     pub async fn flush_all_detached(self: Arc<Self>) {
         let mut buf = BytesMut::new();

@@ -82,6 +82,7 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
         threads,
         shutdown_rx.clone(),
     ));
+    proxy.start_flush_schedule();
     if let Some(addr) = config.admin.listen {
         let listener = server::bind(addr).await?;
         tracing::info!(%addr, "admin listener ready (/metrics, /health, /ready)");

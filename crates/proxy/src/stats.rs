@@ -45,6 +45,8 @@ pub fn bump(counter: &AtomicU64) {
 #[derive(Debug, Clone)]
 pub struct ServerFacts {
     pub started: Instant,
+    /// Unix time of the start (memcached's `flush_all <Unix time>` rule).
+    pub started_unix: u64,
     pub threads: usize,
     pub max_connections: usize,
     pub version: &'static str,

@@ -74,6 +74,7 @@ mod meta_script;
 mod normalise;
 mod runner;
 mod stream;
+mod timed;
 
 /// `memcached -I` and memshift's `[server] max_item_size`.
 pub(super) const MAX_ITEM: usize = 1 << 20;

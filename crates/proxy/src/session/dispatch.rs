@@ -3,7 +3,6 @@
 //! the legacy distribution).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::{client, reply, Request, RetrievalCommand, StorageCommand};
@@ -523,13 +522,20 @@ impl Session {
                 parts += 1;
             }
         }
-        if delay > 0 {
-            let proxy = self.proxy.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(std::time::Duration::from_secs(delay as u64)).await;
-                Arc::clone(&proxy).flush_all_detached().await;
-            });
-            return parts;
+        // One deadline, replaced by every flush_all (memcached's rule).
+        let now = crate::flush::unix_now();
+        match crate::flush::FlushAt::from_delay(delay, now, self.proxy.facts.started_unix) {
+            crate::flush::FlushAt::Now => self.proxy.flush.replace(None),
+            crate::flush::FlushAt::Cancel => {
+                self.proxy.flush.replace(None);
+                return parts;
+            }
+            crate::flush::FlushAt::At(at) => {
+                self.proxy.flush.replace(Some(at));
+                if at > now {
+                    return parts;
+                }
+            }
         }
         for shard in 0..backends.shards.len() {
             translate::flush(&mut self.cmd_buf);
