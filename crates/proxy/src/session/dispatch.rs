@@ -15,12 +15,10 @@ use super::pending::{
 };
 use super::Session;
 use crate::config::Phase;
-use crate::legacy::{Legacy, ReplyShape};
-use crate::migration::{Migration, Side};
-use crate::proxy::Backends;
 use crate::redis::encoding;
 use crate::redis::translate::{self, Expiry};
-use crate::redis::{BackendRequest, Reply};
+use crate::redis::Reply;
+use crate::router::{Backend, ReplyShape, Route, Routes, Target};
 use crate::stats::bump;
 
 mod meta;
@@ -32,34 +30,27 @@ const CMD_BUF_CHUNK: usize = 4 * 1024;
 const CMD_BUF_LOW: usize = 512;
 
 impl Session {
-    /// Send the command in `cmd_buf` to Redis shard `shard`.
-    fn send_redis(&mut self, backends: &Backends, shard: usize, seq: u64, part: u32) {
-        let cmd = self.cmd_buf.split().freeze();
-        let reply = self.reply_to(seq, part);
-        backends.shards[shard].send(self.lane, BackendRequest { cmd, reply });
-    }
-
-    /// Send the command in `cmd_buf` to legacy server `server`.
-    fn send_legacy(
+    /// Send the command in `cmd_buf` to `target`; its reply is part `part`
+    /// of request `seq`.
+    pub(super) fn send(
         &mut self,
-        legacy: &Legacy,
-        server: usize,
+        routes: &Routes,
+        target: Target,
         shape: ReplyShape,
         seq: u64,
         part: u32,
     ) {
         let cmd = self.cmd_buf.split().freeze();
         let reply = self.reply_to(seq, part);
-        legacy.send(server, self.lane, cmd, shape, reply);
+        routes.send(target, self.lane, cmd, shape, reply);
     }
 
     pub(super) fn dispatch(&mut self, request: Request<Bytes>, now: Instant) {
         let proxy = self.proxy.clone();
-        let backends = proxy.backends.load();
-        let migration = proxy.migration.load();
+        let routes = proxy.router.load();
         let stats = &proxy.stats;
         let seq = self.next_seq();
-        let deadline = now + backends.request_timeout;
+        let deadline = now + routes.redis().request_timeout;
         // Commands are split off this buffer as they are sent; keeping spare
         // room means one allocation per many requests, not one per request.
         // Requests answered here need none (an idle connection that only
@@ -90,8 +81,7 @@ impl Session {
                         .cmd_touch
                         .fetch_add(keys.len() as u64, Ordering::Relaxed);
                 }
-                let (op, parts) =
-                    self.dispatch_retrieval(&backends, &migration, command, exptime, keys, seq);
+                let (op, parts) = self.dispatch_retrieval(&routes, command, exptime, keys, seq);
                 self.push_waiting(op, parts, deadline);
             }
             Request::Storage {
@@ -104,9 +94,9 @@ impl Session {
                 noreply,
             } => {
                 bump(&stats.cmd_set);
-                let route = migration.route(&key);
-                match (route.primary, migration.legacy.as_deref()) {
-                    (Side::Memcached, Some(legacy)) => {
+                let route = routes.route(&key);
+                match route.primary {
+                    Target::Memcached { .. } => {
                         let encoded = if command == StorageCommand::Cas {
                             client::cas(&mut self.cmd_buf, &key, flags, exptime, &data, cas, false)
                         } else {
@@ -124,10 +114,8 @@ impl Session {
                             self.push_ready(Op::Ready(b"CLIENT_ERROR bad command line format\r\n"));
                             return;
                         }
-                        let server = legacy.locate(&key);
-                        self.send_legacy(legacy, server, ReplyShape::Line, seq, 0);
                     }
-                    _ => {
+                    Target::Redis { .. } => {
                         let expiry = Expiry::from_exptime(exptime, unix_now());
                         let new_cas = self.cas.next_cas();
                         match command {
@@ -163,10 +151,9 @@ impl Session {
                                 None,
                             ),
                         }
-                        let shard = backends.locate(&key);
-                        self.send_redis(&backends, shard, seq, 0);
                     }
                 }
+                self.send(&routes, route.primary, ReplyShape::Line, seq, 0);
                 let shadow = route.shadow.map(|side| {
                     Box::new(ShadowPlan {
                         side,
@@ -178,7 +165,7 @@ impl Session {
                 });
                 let write = Write {
                     kind: WriteKind::Storage(command),
-                    side: route.primary,
+                    side: route.primary.backend(),
                     noreply,
                     shadow,
                 };
@@ -190,38 +177,25 @@ impl Session {
                 delta,
                 noreply,
             } => {
-                let route = migration.route(&key);
-                match (route.primary, migration.legacy.as_deref()) {
-                    (Side::Memcached, Some(legacy)) => {
+                let route = routes.route(&key);
+                match route.primary {
+                    Target::Memcached { .. } => {
                         let _ = client::arith(&mut self.cmd_buf, command, &key, delta, false);
-                        let server = legacy.locate(&key);
-                        self.send_legacy(legacy, server, ReplyShape::Line, seq, 0);
                     }
-                    _ => {
+                    Target::Redis { .. } => {
                         let new_cas = self.cas.next_cas();
                         translate::arith(&mut self.cmd_buf, &key, command, delta, new_cas);
-                        let shard = backends.locate(&key);
-                        self.send_redis(&backends, shard, seq, 0);
                     }
                 }
+                self.send(&routes, route.primary, ReplyShape::Line, seq, 0);
                 let write =
                     self.single_key_write(WriteKind::Arith(command), route, key, 0, noreply);
                 self.push_waiting(Op::Write(write), 1, deadline);
             }
             Request::Delete { key, noreply } => {
-                let route = migration.route(&key);
-                match (route.primary, migration.legacy.as_deref()) {
-                    (Side::Memcached, Some(legacy)) => {
-                        let _ = client::delete(&mut self.cmd_buf, &key, false);
-                        let server = legacy.locate(&key);
-                        self.send_legacy(legacy, server, ReplyShape::Line, seq, 0);
-                    }
-                    _ => {
-                        translate::delete(&mut self.cmd_buf, &key);
-                        let shard = backends.locate(&key);
-                        self.send_redis(&backends, shard, seq, 0);
-                    }
-                }
+                let route = routes.route(&key);
+                self.encode_delete(route.primary, &key);
+                self.send(&routes, route.primary, ReplyShape::Line, seq, 0);
                 let write = self.single_key_write(WriteKind::Delete, route, key, 0, noreply);
                 self.push_waiting(Op::Write(write), 1, deadline);
             }
@@ -231,20 +205,17 @@ impl Session {
                 noreply,
             } => {
                 bump(&stats.cmd_touch);
-                let route = migration.route(&key);
-                match (route.primary, migration.legacy.as_deref()) {
-                    (Side::Memcached, Some(legacy)) => {
+                let route = routes.route(&key);
+                match route.primary {
+                    Target::Memcached { .. } => {
                         let _ = client::touch(&mut self.cmd_buf, &key, exptime, false);
-                        let server = legacy.locate(&key);
-                        self.send_legacy(legacy, server, ReplyShape::Line, seq, 0);
                     }
-                    _ => {
+                    Target::Redis { .. } => {
                         let expiry = Expiry::from_exptime(exptime, unix_now());
                         translate::touch(&mut self.cmd_buf, &key, expiry);
-                        let shard = backends.locate(&key);
-                        self.send_redis(&backends, shard, seq, 0);
                     }
                 }
+                self.send(&routes, route.primary, ReplyShape::Line, seq, 0);
                 let write = self.single_key_write(WriteKind::Touch, route, key, exptime, noreply);
                 self.push_waiting(Op::Write(write), 1, deadline);
             }
@@ -254,7 +225,7 @@ impl Session {
                     return;
                 }
                 bump(&stats.cmd_flush);
-                let parts = self.dispatch_flush(&backends, &migration, delay, seq);
+                let parts = self.dispatch_flush(&routes, delay, seq);
                 self.push_waiting(Op::FlushAll { noreply }, parts, deadline);
             }
             Request::Version => {
@@ -293,42 +264,42 @@ impl Session {
     /// Delete `key` on its primary (and shadow) without a reply to the
     /// client: the side effect of a refused oversize `set`.
     pub(super) fn delete_quietly(&mut self, key: Bytes) {
-        let proxy = self.proxy.clone();
-        let migration = proxy.migration.load();
-        let route = migration.route(&key);
-        // A sequence number no request has: the reply is dropped.
-        let reply = self.reply_to(u64::MAX, 0);
-        match (route.primary, migration.legacy.as_deref()) {
-            (Side::Memcached, Some(legacy)) => {
-                if client::delete(&mut self.cmd_buf, &key, false).is_ok() {
-                    let cmd = self.cmd_buf.split().freeze();
-                    legacy.send(legacy.locate(&key), self.lane, cmd, ReplyShape::Line, reply);
-                }
-            }
-            _ => {
-                let backends = proxy.backends.load();
-                translate::delete(&mut self.cmd_buf, &key);
-                let cmd = self.cmd_buf.split().freeze();
-                let shard = backends.locate(&key);
-                backends.shards[shard].send(self.lane, BackendRequest { cmd, reply });
-            }
+        let routes = self.proxy.router.load();
+        let route = routes.route(&key);
+        if self.encode_delete(route.primary, &key) {
+            // A sequence number no request has: the reply is dropped.
+            self.send(&routes, route.primary, ReplyShape::Line, u64::MAX, 0);
         }
         if let Some(side) = route.shadow {
-            migration.shadow(side, memshift_shadow::op::ShadowOp::Delete { key });
+            routes
+                .migration()
+                .shadow(side, memshift_shadow::op::ShadowOp::Delete { key });
+        }
+    }
+
+    /// Encode a delete of `key` for `target` into `cmd_buf`; false if the
+    /// key cannot be sent to memcached.
+    fn encode_delete(&mut self, target: Target, key: &[u8]) -> bool {
+        match target {
+            Target::Memcached { .. } => client::delete(&mut self.cmd_buf, key, false).is_ok(),
+            Target::Redis { .. } => {
+                translate::delete(&mut self.cmd_buf, key);
+                true
+            }
         }
     }
 
     fn single_key_write(
         &self,
         kind: WriteKind,
-        route: crate::migration::Route,
+        route: Route,
         key: Bytes,
         exptime: i64,
         noreply: bool,
     ) -> Write {
         Write {
             kind,
-            side: route.primary,
+            side: route.primary.backend(),
             noreply,
             shadow: route.shadow.map(|side| {
                 Box::new(ShadowPlan {
@@ -347,8 +318,7 @@ impl Session {
     /// each), all sent at once. Returns the op and its number of parts.
     fn dispatch_retrieval(
         &mut self,
-        backends: &Backends,
-        migration: &Migration,
+        routes: &Routes,
         command: RetrievalCommand,
         exptime: i64,
         keys: memshift_protocol::memcache::Keys<Bytes>,
@@ -356,12 +326,13 @@ impl Session {
     ) -> (Op, u32) {
         let touch = matches!(command, RetrievalCommand::Gat | RetrievalCommand::Gats);
         let expiry = Expiry::from_exptime(exptime, unix_now());
-        let legacy = migration.legacy.as_deref();
+        let migration = routes.migration();
+        let legacy = routes.legacy();
         let phase_is_redis = migration.phase == Phase::Redis;
         let mut retrieval = Retrieval {
             keys,
             with_cas: command.returns_cas(),
-            plan: Plan::Single(Side::Redis),
+            plan: Plan::Single(Backend::Redis),
             backfill: None,
             compare: false,
             sample_miss_rate: migration.rollback.is_some(),
@@ -370,64 +341,56 @@ impl Session {
 
         if retrieval.keys.len() == 1 {
             let key = retrieval.keys.iter().next().unwrap_or_default();
-            let route = migration.route(key);
-            match (route.primary, legacy) {
-                (Side::Memcached, Some(legacy)) => {
+            let route = routes.route(key);
+            match route.primary {
+                Target::Memcached { .. } => {
                     let _ = client::retrieval(&mut self.cmd_buf, command, exptime, [key]);
-                    let server = legacy.locate(key);
-                    let cmd = self.cmd_buf.split().freeze();
-                    legacy.send(
-                        server,
-                        self.lane,
-                        cmd,
-                        ReplyShape::Values,
-                        self.reply_to(seq, 0),
-                    );
-                    retrieval.plan = Plan::Single(Side::Memcached);
+                    retrieval.plan = Plan::Single(Backend::Memcached);
                 }
-                _ => {
+                Target::Redis { .. } => {
                     if touch {
                         translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     } else {
                         translate::get(&mut self.cmd_buf, key);
                     }
-                    let shard = backends.locate(key);
-                    self.send_redis(backends, shard, seq, 0);
-                    if !touch && migration.backfills(route) {
+                    if !touch && migration.backfills(route.sides()) {
                         retrieval.backfill = Some(Backfill::default());
                     }
                 }
             }
+            self.send(routes, route.primary, ReplyShape::Values, seq, 0);
             retrieval.compare =
                 !phase_is_redis && route.shadow.is_some() && !touch && migration.compare.sample();
             return (Op::Retrieval(retrieval), 1);
         }
 
         // Several keys: decide each key's backend and group.
-        let shard_count = backends.shards.len();
+        let shard_count = routes.redis().shards.len();
         let server_count = legacy.map_or(0, |l| l.server_count());
         let mut redis_groups: Vec<Vec<&[u8]>> = vec![Vec::new(); shard_count];
         let mut mc_groups: Vec<Vec<&[u8]>> = vec![Vec::new(); server_count];
         // (side, group, index within group) per key, before parts are numbered.
-        let mut placed: Vec<(Side, u32, u32)> = Vec::with_capacity(retrieval.keys.len());
+        let mut placed: Vec<(Backend, u32, u32)> = Vec::with_capacity(retrieval.keys.len());
         let mut any_backfill = false;
         for key in retrieval.keys.iter() {
-            let route = migration.route(key);
-            match (route.primary, legacy) {
-                (Side::Memcached, Some(legacy)) => {
-                    let server = legacy.locate(key);
+            let route = routes.route(key);
+            match route.primary {
+                Target::Memcached { server } => {
                     placed.push((
-                        Side::Memcached,
+                        Backend::Memcached,
                         server as u32,
                         mc_groups[server].len() as u32,
                     ));
                     mc_groups[server].push(key);
                 }
-                _ => {
-                    let shard = backends.locate(key);
-                    placed.push((Side::Redis, shard as u32, redis_groups[shard].len() as u32));
+                Target::Redis { shard } => {
+                    placed.push((
+                        Backend::Redis,
+                        shard as u32,
+                        redis_groups[shard].len() as u32,
+                    ));
                     redis_groups[shard].push(key);
-                    any_backfill |= !touch && migration.backfills(route);
+                    any_backfill |= !touch && migration.backfills(route.sides());
                 }
             }
         }
@@ -438,9 +401,16 @@ impl Session {
         let mut getex_part: Vec<u32> = Vec::new();
         if touch {
             for (i, key) in retrieval.keys.iter().enumerate() {
-                if placed[i].0 == Side::Redis {
+                if placed[i].0 == Backend::Redis {
                     translate::get_and_touch(&mut self.cmd_buf, key, expiry);
-                    self.send_redis(backends, placed[i].1 as usize, seq, parts);
+                    let shard = placed[i].1 as usize;
+                    self.send(
+                        routes,
+                        Target::Redis { shard },
+                        ReplyShape::Line,
+                        seq,
+                        parts,
+                    );
                     getex_part.push(parts);
                     parts += 1;
                 } else {
@@ -453,37 +423,42 @@ impl Session {
                     continue;
                 }
                 translate::mget(&mut self.cmd_buf, group.iter().copied());
-                self.send_redis(backends, shard, seq, parts);
+                self.send(
+                    routes,
+                    Target::Redis { shard },
+                    ReplyShape::Line,
+                    seq,
+                    parts,
+                );
                 redis_part[shard] = parts;
                 parts += 1;
             }
         }
-        if let Some(legacy) = legacy {
-            for (server, group) in mc_groups.iter().enumerate() {
-                if group.is_empty() {
-                    continue;
-                }
-                let _ = client::retrieval(&mut self.cmd_buf, command, exptime, group.iter());
-                self.send_legacy(legacy, server, ReplyShape::Values, seq, parts);
-                mc_part[server] = parts;
-                parts += 1;
+        for (server, group) in mc_groups.iter().enumerate() {
+            if group.is_empty() {
+                continue;
             }
+            let _ = client::retrieval(&mut self.cmd_buf, command, exptime, group.iter());
+            let target = Target::Memcached { server };
+            self.send(routes, target, ReplyShape::Values, seq, parts);
+            mc_part[server] = parts;
+            parts += 1;
         }
         let slots = placed
             .iter()
             .enumerate()
             .map(|(i, &(side, group, index))| match side {
-                Side::Redis if touch => Slot {
+                Backend::Redis if touch => Slot {
                     side,
                     part: getex_part[i],
                     index: OWN_REPLY,
                 },
-                Side::Redis => Slot {
+                Backend::Redis => Slot {
                     side,
                     part: redis_part[group as usize],
                     index,
                 },
-                Side::Memcached => Slot {
+                Backend::Memcached => Slot {
                     side,
                     part: mc_part[group as usize],
                     index,
@@ -500,20 +475,13 @@ impl Session {
     /// flush_all: every Redis shard, and the legacy pool when memcached is
     /// the primary or the shadow of anything. With a delay, memcached's own
     /// servers take the delay; Redis is flushed by a timer.
-    fn dispatch_flush(
-        &mut self,
-        backends: &Backends,
-        migration: &Migration,
-        delay: i64,
-        seq: u64,
-    ) -> u32 {
+    fn dispatch_flush(&mut self, routes: &Routes, delay: i64, seq: u64) -> u32 {
         let mut parts = 0;
-        if let Some(legacy) = migration.legacy.as_deref() {
-            for server in 0..legacy.server_count() {
-                client::flush_all(&mut self.cmd_buf, (delay > 0).then_some(delay), false);
-                self.send_legacy(legacy, server, ReplyShape::Line, seq, parts);
-                parts += 1;
-            }
+        for server in 0..routes.legacy().map_or(0, |l| l.server_count()) {
+            client::flush_all(&mut self.cmd_buf, (delay > 0).then_some(delay), false);
+            let target = Target::Memcached { server };
+            self.send(routes, target, ReplyShape::Line, seq, parts);
+            parts += 1;
         }
         if delay > 0 {
             let proxy = self.proxy.clone();
@@ -523,9 +491,15 @@ impl Session {
             });
             return parts;
         }
-        for shard in 0..backends.shards.len() {
+        for shard in 0..routes.redis().shards.len() {
             translate::flush(&mut self.cmd_buf);
-            self.send_redis(backends, shard, seq, parts);
+            self.send(
+                routes,
+                Target::Redis { shard },
+                ReplyShape::Line,
+                seq,
+                parts,
+            );
             parts += 1;
         }
         parts
@@ -534,10 +508,11 @@ impl Session {
     /// A retrieval's Redis replies are in: look up its Redis misses in
     /// memcached (backfill). True if lookups were sent (still waiting).
     pub(super) fn start_backfill(&mut self, index: usize) -> bool {
-        let migration = self.proxy.migration.load();
-        let Some(legacy) = migration.legacy.clone() else {
+        let routes = self.proxy.router.load();
+        let migration = routes.migration();
+        if routes.legacy().is_none() {
             return false;
-        };
+        }
         let seq = self.base_seq + index as u64;
         let reply_to = self.reply_to(seq, 0);
         let Some(pending) = self.pending.get_mut(index) else {
@@ -558,7 +533,7 @@ impl Session {
             let Some(slot) = retrieval.plan.slot(i) else {
                 continue;
             };
-            if slot.side != Side::Redis || !migration.backfills(migration.route(key)) {
+            if slot.side != Backend::Redis || !migration.backfills(migration.sides(key)) {
                 continue;
             }
             let hit = match pending.results.get(slot.part) {
@@ -566,11 +541,11 @@ impl Session {
                 // A failed Redis read is not a miss: don't mask the error.
                 _ => true,
             };
-            if !hit {
+            if let (false, Some(target)) = (hit, routes.target_on(Backend::Memcached, key)) {
                 let part = pending.results.push();
                 let _ = client::meta_get(&mut self.cmd_buf, key);
                 let cmd = self.cmd_buf.split().freeze();
-                lookups.push((i as u32, part, legacy.locate(key), cmd));
+                lookups.push((i as u32, part, target, cmd));
             }
         }
         if lookups.is_empty() {
@@ -578,13 +553,13 @@ impl Session {
         }
         pending.waiting += lookups.len() as u32;
         let lane = self.lane;
-        for (key_index, part, server, cmd) in lookups {
+        for (key_index, part, target, cmd) in lookups {
             backfill.lookups.push((key_index, part));
             let reply = crate::redis::ReplyTo {
                 part,
                 ..reply_to.clone()
             };
-            legacy.send(server, lane, cmd, ReplyShape::Meta, reply);
+            routes.send(target, lane, cmd, ReplyShape::Meta, reply);
         }
         true
     }

@@ -11,14 +11,14 @@ use memshift_shadow::op::{unix_now as shadow_now, Expiry as ShadowExpiry, Shadow
 use super::dispatch::redis_item;
 use super::pending::{Op, Pending, Results, Retrieval, Write, WriteKind};
 use super::Session;
-use crate::migration::Side;
 use crate::redis::translate::{self, ArithOutcome, Expiry, WriteOutcome};
-use crate::redis::{BackendError, BackendRequest, Reply};
+use crate::redis::{BackendError, Reply};
+use crate::router::{Backend, ReplyShape};
 use crate::stats::bump;
 
 /// A read to compare with the other backend: key, side that answered, and
 /// its answer (flags, data).
-type Compared = (Bytes, Side, Option<(u32, Bytes)>);
+type Compared = (Bytes, Backend, Option<(u32, Bytes)>);
 
 /// One key's answer.
 struct Found {
@@ -59,7 +59,8 @@ impl Session {
         let proxy = self.proxy.clone();
         let stats = &proxy.stats;
         let metrics = &proxy.metrics;
-        let migration = proxy.migration.load();
+        let routes = proxy.router.load();
+        let migration = routes.migration();
         let parts = results.len();
         // Where the next VALUE of each memcached part starts.
         // Allocated only when a memcached reply is read.
@@ -99,24 +100,24 @@ impl Session {
             // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
             if primary_hit {
-                metrics.get_hit(slot.side.metrics());
+                metrics.get_hit(crate::to_metrics::backend(slot.side));
             } else {
-                metrics.get_miss(slot.side.metrics());
+                metrics.get_miss(crate::to_metrics::backend(slot.side));
             }
-            if found.is_none() && slot.side == Side::Redis {
+            if found.is_none() && slot.side == Backend::Redis {
                 found = self.backfilled(&r, i, key, results);
                 if found.is_some() {
-                    metrics.get_hit(Side::Memcached.metrics());
+                    metrics.get_hit(crate::to_metrics::backend(Backend::Memcached));
                 }
             }
             if r.sample_miss_rate {
                 if let Some(detector) = &migration.rollback {
-                    detector.record(slot.side.shadow(), primary_hit);
+                    detector.record(slot.side, primary_hit);
                 }
             }
             if let (Some(exptime), Some(_)) = (r.touch, &found) {
                 // gat/gats changed the TTL on the primary: same on the shadow.
-                if let Some(side) = migration.route(key).shadow {
+                if let Some(side) = migration.sides(key).shadow {
                     migration.shadow(
                         side,
                         ShadowOp::Touch {
@@ -191,7 +192,7 @@ impl Session {
             Some(t) => Expiry::In(t),
         };
         let cas = self.cas.next_cas();
-        let backends = self.proxy.backends.load();
+        let routes = self.proxy.router.load();
         translate::store(
             &mut self.cmd_buf,
             StorageCommand::Add,
@@ -201,11 +202,9 @@ impl Session {
             &data,
             expiry,
         );
-        let shard = backends.locate(key);
-        let cmd = self.cmd_buf.split().freeze();
+        let target = routes.target_on(Backend::Redis, key)?;
         // The copy's reply is not awaited: a sequence number no request has.
-        let reply = self.reply_to(u64::MAX, 0);
-        backends.shards[shard].send(self.lane, BackendRequest { cmd, reply });
+        self.send(&routes, target, ReplyShape::Line, u64::MAX, 0);
         Some(Found {
             flags: item_flags,
             cas,
@@ -220,8 +219,8 @@ impl Session {
         let outcome = match (w.side, result) {
             (_, Some(Err(e))) => Outcome::Error(e.reply_line()),
             (_, None) => Outcome::Error(BackendError::Timeout.reply_line()),
-            (Side::Redis, Some(Ok(Reply::Redis(frame)))) => redis_outcome(w.kind, frame),
-            (Side::Memcached, Some(Ok(Reply::Memcached(raw)))) => memcached_outcome(raw),
+            (Backend::Redis, Some(Ok(Reply::Redis(frame)))) => redis_outcome(w.kind, frame),
+            (Backend::Memcached, Some(Ok(Reply::Memcached(raw)))) => memcached_outcome(raw),
             _ => Outcome::Error(WriteOutcome::Failed.line()),
         };
         // memcached's counters.
@@ -288,7 +287,7 @@ impl Session {
                     )
                 );
             if !unchanged {
-                proxy.migration.load().shadow(plan.side, op);
+                proxy.router.migration().shadow(plan.side, op);
             }
         }
         if w.noreply {

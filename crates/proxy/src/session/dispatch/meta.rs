@@ -19,11 +19,10 @@ use tokio::time::Instant;
 use super::super::pending::{Op, Results};
 use super::super::Session;
 use super::unix_now;
-use crate::legacy::ReplyShape;
-use crate::migration::Side;
 use crate::redis::encoding;
 use crate::redis::translate::{self, Expiry, MetaArith, WriteOutcome};
 use crate::redis::{BackendError, Reply};
+use crate::router::{Backend, ReplyShape, Target};
 use crate::stats::bump;
 
 /// A meta command waiting for its backend.
@@ -35,7 +34,7 @@ pub(in crate::session) struct MetaOp {
     /// The flag tokens as sent.
     tokens: Bytes,
     flags: MetaFlags,
-    side: Side,
+    side: Backend,
     /// How the Redis reply reads.
     kind: Kind,
     /// The CAS unique a successful write stores.
@@ -43,7 +42,7 @@ pub(in crate::session) struct MetaOp {
     /// `ms`: the item as written (for the shadow).
     data: Bytes,
     /// Where the write's result is replicated.
-    shadow: Option<Side>,
+    shadow: Option<Backend>,
     /// When the request was dispatched (for `t` after `T`).
     now: i64,
 }
@@ -77,8 +76,7 @@ impl Session {
         deadline: Instant,
     ) {
         let proxy = self.proxy.clone();
-        let backends = proxy.backends.load();
-        let migration = proxy.migration.load();
+        let routes = proxy.router.load();
         let stats = &proxy.stats;
         let key = if flags.base64 {
             match base64::decode(&raw_key) {
@@ -100,35 +98,26 @@ impl Session {
             bump(&stats.cmd_touch);
         }
         let now = unix_now();
-        let route = migration.route(&key);
+        let route = routes.route(&key);
         let mut op = MetaOp {
             command,
             key,
             tokens,
             flags,
-            side: route.primary,
+            side: route.primary.backend(),
             kind: Kind::Forwarded,
             new_cas: 0,
             data: Bytes::new(),
             shadow: route.shadow,
             now,
         };
-        if let (Side::Memcached, Some(legacy)) = (route.primary, migration.legacy.as_deref()) {
+        if let Target::Memcached { .. } = route.primary {
             forward(&mut self.cmd_buf, command, &raw_key, &op.tokens, &data);
-            let server = legacy.locate(&op.key);
-            let cmd = self.cmd_buf.split().freeze();
-            legacy.send(
-                server,
-                self.lane,
-                cmd,
-                ReplyShape::Meta,
-                self.reply_to(seq, 0),
-            );
+            self.send(&routes, route.primary, ReplyShape::Meta, seq, 0);
             op.data = data;
             self.push_waiting(Op::Meta(Box::new(op)), 1, deadline);
             return;
         }
-        op.side = Side::Redis;
         let key = op.key.clone();
         let expiry = |exptime: i64| Expiry::from_exptime(exptime, now);
         match command {
@@ -241,8 +230,7 @@ impl Session {
                 op.kind = Kind::Arith;
             }
         }
-        let shard = backends.locate(&key);
-        self.send_redis(&backends, shard, seq, 0);
+        self.send(&routes, route.primary, ReplyShape::Meta, seq, 0);
         self.push_waiting(Op::Meta(Box::new(op)), 1, deadline);
     }
 
@@ -277,18 +265,18 @@ impl Session {
             match outcome {
                 Outcome::Hit => {
                     bump(&stats.get_hits);
-                    proxy.metrics.get_hit(op.side.metrics());
+                    proxy.metrics.get_hit(crate::to_metrics::backend(op.side));
                 }
                 Outcome::Miss => {
                     bump(&stats.get_misses);
-                    proxy.metrics.get_miss(op.side.metrics());
+                    proxy.metrics.get_miss(crate::to_metrics::backend(op.side));
                 }
                 _ => {}
             }
         }
         if let Some(side) = op.shadow {
             if let Some(shadow) = shadow_op(&op, outcome) {
-                proxy.migration.load().shadow(side, shadow);
+                proxy.router.migration().shadow(side, shadow);
             }
         }
     }
