@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
 use bytes::Bytes;
+use memshift_shadow::op::ShadowOp;
 use tokio::sync::mpsc;
 
 pub use legacy::{Legacy, ReplyShape};
@@ -111,6 +112,12 @@ impl Router {
     /// Automatic rollback: another phase, same backends.
     pub fn set_migration(&self, migration: Migration) {
         self.migration.store(Arc::new(migration));
+    }
+
+    /// Queue a shadow write on the current migration's queue for `side`;
+    /// never waits (a full queue drops and counts it).
+    pub fn shadow(&self, side: Backend, op: ShadowOp) {
+        self.migration.load().shadow(side, op);
     }
 
     /// True when every Redis shard and legacy server is connected.

@@ -43,7 +43,7 @@ pub(super) enum Op {
         noreply: bool,
     },
     /// mg / ms / md / ma.
-    Meta(Box<super::dispatch::MetaOp>),
+    Meta(Box<super::cmd::MetaOp>),
 }
 
 /// get / gets / gat / gats.
