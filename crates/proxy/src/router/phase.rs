@@ -14,11 +14,8 @@ use std::sync::Arc;
 use memshift_shadow::canary::CanarySplit;
 use memshift_shadow::compare::{CompareSampler, MismatchLogger};
 use memshift_shadow::op::ShadowOp;
-use memshift_shadow::queue::{PushResult, ShadowQueue};
-use memshift_shadow::RollbackDetector;
-
-use memshift_shadow::queue::ShadowSink;
-use memshift_shadow::Backend;
+use memshift_shadow::queue::{PushResult, ShadowQueue, ShadowSink};
+use memshift_shadow::{Backend, RollbackDetector};
 
 use super::legacy::Legacy;
 use crate::config::{MigrationConfig, Phase};

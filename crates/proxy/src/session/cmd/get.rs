@@ -114,25 +114,16 @@ impl Session {
         let mut any_backfill = false;
         for key in retrieval.keys.iter() {
             let route = routes.route(key);
-            match route.primary {
-                Target::Memcached { server } => {
-                    placed.push((
-                        Backend::Memcached,
-                        server as u32,
-                        mc_groups[server].len() as u32,
-                    ));
-                    mc_groups[server].push(key);
-                }
+            let (groups, group) = match route.primary {
+                Target::Memcached { server } => (&mut mc_groups, server),
                 Target::Redis { shard } => {
-                    placed.push((
-                        Backend::Redis,
-                        shard as u32,
-                        redis_groups[shard].len() as u32,
-                    ));
-                    redis_groups[shard].push(key);
                     any_backfill |= !touch && migration.backfills(route.sides());
+                    (&mut redis_groups, shard)
                 }
-            }
+            };
+            let index = groups[group].len() as u32;
+            placed.push((route.primary.backend(), group as u32, index));
+            groups[group].push(key);
         }
         let mut parts = 0u32;
         let mut redis_part = vec![u32::MAX; shard_count];
@@ -143,14 +134,10 @@ impl Session {
             for (i, key) in retrieval.keys.iter().enumerate() {
                 if placed[i].0 == Backend::Redis {
                     translate::get_and_touch(&mut self.cmd_buf, key, expiry);
-                    let shard = placed[i].1 as usize;
-                    self.send(
-                        routes,
-                        Target::Redis { shard },
-                        ReplyShape::Line,
-                        seq,
-                        parts,
-                    );
+                    let target = Target::Redis {
+                        shard: placed[i].1 as usize,
+                    };
+                    self.send(routes, target, ReplyShape::Line, seq, parts);
                     getex_part.push(parts);
                     parts += 1;
                 } else {
@@ -163,13 +150,8 @@ impl Session {
                     continue;
                 }
                 translate::mget(&mut self.cmd_buf, group.iter().copied());
-                self.send(
-                    routes,
-                    Target::Redis { shard },
-                    ReplyShape::Line,
-                    seq,
-                    parts,
-                );
+                let target = Target::Redis { shard };
+                self.send(routes, target, ReplyShape::Line, seq, parts);
                 redis_part[shard] = parts;
                 parts += 1;
             }
