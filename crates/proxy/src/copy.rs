@@ -22,11 +22,10 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::error::ProxyError;
-use crate::legacy::Legacy;
 use crate::metrics::Metrics;
-use crate::proxy::Backends;
 use crate::redis::encoding::{self, CasGenerator};
 use crate::redis::translate::{self, Expiry};
+use crate::router::{Legacy, RedisBackends};
 
 /// Items copied at once.
 const CONCURRENCY: usize = 128;
@@ -87,7 +86,7 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
         .ok_or_else(|| ProxyError::Other("copy needs a [memcached] section".into()))?;
     let legacy = Arc::new(Legacy::start(mc)?);
     let metrics = Metrics::new();
-    let backends = Arc::new(Backends::start(config, &metrics)?);
+    let backends = Arc::new(RedisBackends::start(config, None, &metrics)?);
     // Connections come up in the background; give them a moment.
     wait_until(Duration::from_secs(5), || {
         legacy.all_up() && backends.shards.iter().all(|s| s.is_up())
@@ -313,8 +312,8 @@ async fn curr_items(legacy: &Legacy, server: usize) -> Option<u64> {
     None
 }
 
-async fn redis_call(backends: &Backends, key: &[u8], cmd: Bytes) -> Result<Frame, String> {
-    match backends.call(backends.locate(key), cmd).await {
+async fn redis_call(backends: &RedisBackends, key: &[u8], cmd: Bytes) -> Result<Frame, String> {
+    match backends.call_for_key(key, cmd).await {
         Ok(Frame::Error(e)) => Err(String::from_utf8_lossy(&e).into_owned()),
         Ok(frame) => Ok(frame),
         Err(e) => Err(format!("{e:?}")),
@@ -323,7 +322,7 @@ async fn redis_call(backends: &Backends, key: &[u8], cmd: Bytes) -> Result<Frame
 
 async fn copy_one(
     legacy: &Legacy,
-    backends: &Backends,
+    backends: &RedisBackends,
     server: usize,
     entry: DumpEntry,
     options: CopyOptions,

@@ -29,8 +29,8 @@ use std::sync::Mutex;
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::resp::{encode_command, Frame};
 
-use crate::proxy::Backends;
 use crate::redis::BackendError;
+use crate::router::RedisBackends as Backends;
 
 /// Diverted keys remembered per owner before falling back to a flush + scan.
 pub const MAX_DIVERTED_KEYS: usize = 100_000;
@@ -162,7 +162,7 @@ async fn flush_and_scan(backends: &Backends, owner: usize) -> Result<Cleaned, Ba
             let theirs: Vec<&[u8]> = found
                 .iter()
                 .filter_map(|f| match f {
-                    Frame::Bulk(k) if backends.ring.locate(k) == owner => Some(&k[..]),
+                    Frame::Bulk(k) if backends.owner(k) == owner => Some(&k[..]),
                     _ => None,
                 })
                 .collect();

@@ -13,6 +13,9 @@ pub enum ProxyError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    /// The legacy memcached pool's settings (distribution, servers).
+    #[error("memcached: {0}")]
+    Legacy(#[from] memshift_ring::legacy::LegacyError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]

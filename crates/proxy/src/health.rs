@@ -12,11 +12,11 @@ use std::time::Duration;
 use bytes::BytesMut;
 use memshift_protocol::resp::{encode_command, Frame};
 
-use crate::proxy::Backends;
 use crate::redis::Reply;
+use crate::router::RedisBackends;
 
-/// Runs until the `Backends` generation it watches is replaced and dropped.
-pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: u32) {
+/// Runs until the Redis generation it watches is replaced and dropped.
+pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_after: u32) {
     let eject_after = eject_after.max(1);
     let mut failures: Vec<u32> = Vec::new();
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
@@ -80,7 +80,7 @@ pub async fn monitor(backends: Weak<Backends>, interval: Duration, eject_after: 
 }
 
 /// PING every shard at once; true where PONG came back in time.
-async fn ping_all(backends: &Arc<Backends>) -> Vec<bool> {
+async fn ping_all(backends: &Arc<RedisBackends>) -> Vec<bool> {
     let mut buf = BytesMut::with_capacity(14);
     encode_command(&mut buf, &[b"PING"]);
     let mut replies = backends.broadcast(buf.freeze());

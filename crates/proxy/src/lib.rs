@@ -1,7 +1,8 @@
 //! memshift: a memcached text-protocol proxy onto sharded Redis.
 //!
-//! Flow: [`server`] accepts, [`session`] parses and orders, [`proxy`] holds
-//! the ring and shards, [`redis`] translates and pipelines.
+//! Flow: [`server`] accepts, [`session`] parses and orders, [`router`] says
+//! where each key goes and sends it there, [`redis`] translates and
+//! pipelines.
 
 pub mod admin;
 pub mod cli;
@@ -13,12 +14,11 @@ pub mod error;
 pub mod fd_limit;
 pub mod flush;
 pub mod health;
-pub mod legacy;
 pub mod metrics;
-pub mod migration;
 pub mod proxy;
 pub mod redis;
 pub mod ring_plan;
+pub mod router;
 pub mod run;
 pub mod server;
 pub mod session;

@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::sync::{watch, Semaphore};
 
 use crate::admin::{self, AdminState};
 use crate::config::{Config, LogFormat};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-use crate::proxy::{Backends, Proxy};
+use crate::proxy::Proxy;
+use crate::router::{Migration, RedisBackends, Router};
 use crate::server;
 use crate::tls::ServerTls;
 
@@ -66,17 +68,12 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
         },
     );
     metrics.set_phase(config.migration.phase.as_str());
-    let backends = Arc::new(Backends::start(&config, &metrics)?);
-    start_health_monitor(&backends, &config);
-    let backends = Arc::new(arc_swap::ArcSwap::new(backends));
     let cas_seed = crate::proxy::random_seed();
-    let legacy = start_legacy(&config)?;
-    let migration = crate::migration::build(&config, &backends, legacy, &metrics, cas_seed);
-    metrics.set_phase(migration.phase.as_str());
+    let generation = Generation::build(&config, None, &metrics, cas_seed)?;
+    metrics.set_phase(generation.migration.phase.as_str());
     let proxy = Arc::new(Proxy::new(
         &config,
-        backends,
-        migration,
+        Router::new(generation.shared, generation.migration),
         cas_seed,
         metrics.clone(),
         threads,
@@ -89,16 +86,7 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
         let ready_proxy = proxy.clone();
         let state = AdminState {
             metrics: metrics.clone(),
-            ready: Arc::new(move || {
-                let shards_up = ready_proxy.backends.load().shards.iter().all(|s| s.is_up());
-                let legacy_up = ready_proxy
-                    .migration
-                    .load()
-                    .legacy
-                    .as_ref()
-                    .is_none_or(|l| l.all_up());
-                shards_up && legacy_up
-            }),
+            ready: Arc::new(move || ready_proxy.router.all_up()),
         };
         tokio::spawn(admin::serve(listener, state, shutdown_rx.clone()));
     }
@@ -137,7 +125,7 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     }
     // Shadow writes still queued keep the other backend warm for a
     // rollback: give them the same bound as the drain.
-    let migration = proxy.migration.load_full();
+    let migration = proxy.router.migration();
     let deadline = tokio::time::Instant::now() + drain;
     for queue in [&migration.to_redis, &migration.to_memcached]
         .into_iter()
@@ -154,13 +142,49 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     Ok(())
 }
 
-/// The legacy memcached pool, for every phase but `redis`.
-fn start_legacy(config: &Config) -> Result<Option<Arc<crate::legacy::Legacy>>, ProxyError> {
-    match &config.memcached {
-        Some(mc) if config.migration.phase.needs_memcached() => {
-            Ok(Some(Arc::new(crate::legacy::Legacy::start(mc)?)))
-        }
-        _ => Ok(None),
+/// One generation of backends: what start builds and every reload
+/// rebuilds.
+struct Generation {
+    /// The Redis generations as they are swapped (shared by the router and
+    /// the Redis shadow sink).
+    shared: Arc<ArcSwap<RedisBackends>>,
+    redis: Arc<RedisBackends>,
+    migration: Migration,
+}
+
+impl Generation {
+    /// Start the legacy pool (every phase but `redis`) and the Redis shards
+    /// (reusing the live connections of `running`'s unchanged shards), with
+    /// a health monitor, and build the migration on them.
+    fn build(
+        config: &Config,
+        running: Option<&Router>,
+        metrics: &Arc<Metrics>,
+        cas_seed: u64,
+    ) -> Result<Generation, ProxyError> {
+        let legacy = match &config.memcached {
+            Some(mc) if config.migration.phase.needs_memcached() => {
+                Some(Arc::new(crate::router::Legacy::start(mc)?))
+            }
+            _ => None,
+        };
+        let previous = running.map(Router::redis);
+        let redis = Arc::new(RedisBackends::start(config, previous.as_deref(), metrics)?);
+        start_health_monitor(&redis, config);
+        let shared = match running {
+            Some(router) => router.redis_handle().clone(),
+            None => Arc::new(ArcSwap::new(redis.clone())),
+        };
+        let redis_sink = Arc::new(crate::redis::shadow_sink::RedisShadowSink::new(
+            shared.clone(),
+            cas_seed ^ 0x5348_4144_4f57,
+        ));
+        let migration = crate::router::phase::build(config, redis_sink, legacy, metrics);
+        Ok(Generation {
+            shared,
+            redis,
+            migration,
+        })
     }
 }
 
@@ -171,7 +195,7 @@ async fn watch_for_rollback(proxy: Arc<Proxy>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let migration = proxy.migration.load_full();
+        let migration = proxy.router.migration();
         let Some(detector) = &migration.rollback else {
             continue;
         };
@@ -182,7 +206,7 @@ async fn watch_for_rollback(proxy: Arc<Proxy>) {
                 "automatic rollback: Redis misses more than memcached beyond rollback_miss_delta_pp; back to warmup until the next reload"
             );
             let rolled_back = migration.with_phase(crate::config::Phase::Warmup);
-            proxy.migration.store(Arc::new(rolled_back));
+            proxy.router.set_migration(rolled_back);
             proxy.metrics.rollback();
             proxy.metrics.set_phase("warmup");
         }
@@ -190,7 +214,7 @@ async fn watch_for_rollback(proxy: Arc<Proxy>) {
 }
 
 /// One health monitor per generation of backends; it ends with it.
-fn start_health_monitor(backends: &Arc<Backends>, config: &Config) {
+fn start_health_monitor(backends: &Arc<RedisBackends>, config: &Config) {
     tokio::spawn(crate::health::monitor(
         Arc::downgrade(backends),
         Duration::from_millis(config.redis.health_check_interval_ms),
@@ -227,30 +251,12 @@ async fn reload_on_hangup(
         if !restart.is_empty() {
             tracing::warn!(settings = ?restart, "reload: these settings need a restart and keep their running values");
         }
-        let old = proxy.backends.load_full();
-        let legacy = match start_legacy(&new) {
-            Ok(l) => l,
-            Err(e) => {
-                proxy.metrics.config_reload(false);
-                tracing::error!(error = %e, "reload refused: keeping the running config");
-                continue;
-            }
-        };
-        match Backends::start_reusing(&new, Some(&old), &proxy.metrics) {
-            Ok(backends) => {
-                let backends = Arc::new(backends);
-                start_health_monitor(&backends, &new);
-                proxy.backends.store(backends);
-                let migration = crate::migration::build(
-                    &new,
-                    &proxy.backends,
-                    legacy,
-                    &proxy.metrics,
-                    proxy.cas_seed,
-                );
+        match Generation::build(&new, Some(&proxy.router), &proxy.metrics, proxy.cas_seed) {
+            Ok(generation) => {
+                let migration = generation.migration;
                 proxy.metrics.set_phase(migration.phase.as_str());
                 tracing::info!(phase = migration.phase.as_str(), "migration phase");
-                proxy.migration.store(Arc::new(migration));
+                proxy.router.install(generation.redis, migration);
                 proxy
                     .settings
                     .store(Arc::new(crate::proxy::Settings::from_config(&new)));

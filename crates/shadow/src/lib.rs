@@ -70,6 +70,14 @@ impl Backend {
             Backend::Memcached => "memcached",
         }
     }
+
+    /// The backend that is not this one.
+    pub fn other(self) -> Backend {
+        match self {
+            Backend::Redis => Backend::Memcached,
+            Backend::Memcached => Backend::Redis,
+        }
+    }
 }
 
 /// Why a shadow operation failed.

@@ -18,17 +18,17 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::{BackendError, BackendReply, Reply};
-use crate::proxy::Backends;
+use crate::router::RedisBackends;
 
 /// Applies shadow operations to the Redis shards currently configured.
 pub struct RedisShadowSink {
-    backends: Arc<ArcSwap<Backends>>,
+    backends: Arc<ArcSwap<RedisBackends>>,
     /// Only the shadow worker calls `apply`, so this lock is never contended.
     cas: Mutex<CasGenerator>,
 }
 
 impl RedisShadowSink {
-    pub fn new(backends: Arc<ArcSwap<Backends>>, seed: u64) -> RedisShadowSink {
+    pub fn new(backends: Arc<ArcSwap<RedisBackends>>, seed: u64) -> RedisShadowSink {
         RedisShadowSink {
             backends,
             cas: Mutex::new(CasGenerator::new(seed)),
@@ -74,15 +74,15 @@ impl ShadowSink for RedisShadowSink {
                     data,
                     redis_expiry(*expiry, now),
                 );
-                Answer::One(Box::pin(backends.call(backends.locate(key), buf.freeze())))
+                Answer::One(Box::pin(backends.call_for_key(key, buf.freeze())))
             }
             ShadowOp::Delete { key } => {
                 translate::delete(&mut buf, key);
-                Answer::One(Box::pin(backends.call(backends.locate(key), buf.freeze())))
+                Answer::One(Box::pin(backends.call_for_key(key, buf.freeze())))
             }
             ShadowOp::Touch { key, expiry } => {
                 translate::touch(&mut buf, key, redis_expiry(*expiry, now));
-                Answer::One(Box::pin(backends.call(backends.locate(key), buf.freeze())))
+                Answer::One(Box::pin(backends.call_for_key(key, buf.freeze())))
             }
             ShadowOp::FlushAll => {
                 translate::flush(&mut buf);

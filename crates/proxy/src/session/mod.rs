@@ -8,19 +8,21 @@
 //! request's sequence number, and the front of the queue is written out as
 //! soon as it is complete.
 //!
-//! * `dispatch`: a parsed request → backend requests (routing by phase).
-//! * `render`: finished requests → reply bytes, shadow writes, counters.
+//! * `cmd`: one module per command family, each with both halves: dispatch
+//!   (a parsed request → backend requests, through the router) and render
+//!   (finished requests → reply bytes, counters, shadow writes).
+//! * `pending`: the queue entries, in the client's order.
+//! * `pool`: buffers and reply channels shared by the thread's sessions.
 
-mod dispatch;
+mod cmd;
 mod pending;
 mod pool;
-mod render;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use memshift_protocol::memcache::{parse_request, ParseLimits, Parsed, ProtocolError};
+use memshift_protocol::memcache::{parse_request, Parsed, ProtocolError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -393,11 +395,11 @@ impl Session {
                     return;
                 }
                 Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
-                    if let Some(key) = oversize_set_key(&self.rbuf, &limits) {
+                    if let Some(key) = cmd::oversize_set_key(&self.rbuf, &limits) {
                         let key = bytes::Bytes::copy_from_slice(key);
                         self.delete_quietly(key);
                     }
-                    if let Some(key) = dispatch::oversize_meta_set_key(&self.rbuf, reply) {
+                    if let Some(key) = cmd::oversize_meta_set_key(&self.rbuf, reply) {
                         self.delete_quietly(key);
                     }
                     let n = skip.min(self.rbuf.len());
@@ -534,26 +536,6 @@ impl Session {
             self.render(pending);
         }
     }
-}
-
-/// memcached drops the old value when it refuses a `set` as too large (so a
-/// stale value does not outlive a failed overwrite): the key of such a set.
-fn oversize_set_key<'a>(input: &'a [u8], limits: &ParseLimits) -> Option<&'a [u8]> {
-    let line = input.split(|&b| b == b'\n').next()?;
-    let mut tokens = line
-        .split(|&b| b == b' ' || b == b'\r')
-        .filter(|t| !t.is_empty());
-    if tokens.next()? != b"set" {
-        return None;
-    }
-    let key = tokens.next()?;
-    let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
-    let flags = u32::try_from(number(tokens.next()?)?).ok()?;
-    let _exptime = tokens.next()?;
-    let length = usize::try_from(number(tokens.next()?)?).ok()?;
-    let too_large = key.len() <= memshift_protocol::memcache::MAX_KEY_LEN
-        && length > limits.max_data_len(key.len(), flags);
-    too_large.then_some(key)
 }
 
 /// The next backend reply; never, while there is no channel.

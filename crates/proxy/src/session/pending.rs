@@ -4,8 +4,8 @@ use bytes::Bytes;
 use memshift_protocol::memcache::{ArithCommand, Keys, StorageCommand};
 use tokio::time::Instant;
 
-use crate::migration::Side;
 use crate::redis::{BackendError, Reply};
+use crate::router::Backend;
 
 pub(super) type PartResult = Result<Reply, BackendError>;
 
@@ -43,7 +43,7 @@ pub(super) enum Op {
         noreply: bool,
     },
     /// mg / ms / md / ma.
-    Meta(Box<super::dispatch::MetaOp>),
+    Meta(Box<super::cmd::MetaOp>),
 }
 
 /// get / gets / gat / gats.
@@ -66,14 +66,14 @@ pub(super) struct Retrieval {
 #[derive(Debug)]
 pub(super) enum Plan {
     /// One key, one backend request (part 0).
-    Single(Side),
+    Single(Backend),
     /// Key i is answered by `slots[i]`.
     Slots(Vec<Slot>),
 }
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Slot {
-    pub side: Side,
+    pub side: Backend,
     pub part: u32,
     /// Element of an MGET reply, or `OWN_REPLY`. For memcached parts the
     /// keys of a part are answered in order (misses skipped).
@@ -105,7 +105,7 @@ pub(super) struct Backfill {
 #[derive(Debug)]
 pub(super) struct Write {
     pub kind: WriteKind,
-    pub side: Side,
+    pub side: Backend,
     pub noreply: bool,
     /// The shadow write to derive from the outcome.
     pub shadow: Option<Box<ShadowPlan>>,
@@ -122,7 +122,7 @@ pub(super) enum WriteKind {
 /// What a write needs to replicate its result on the shadow backend.
 #[derive(Debug)]
 pub(super) struct ShadowPlan {
-    pub side: Side,
+    pub side: Backend,
     pub key: Bytes,
     pub flags: u32,
     pub exptime: i64,

@@ -1,4 +1,4 @@
-//! The legacy memcached pool as the session sees it: where a key lives (the
+//! The legacy memcached pool as the router sees it: where a key lives (the
 //! legacy clients' own distribution, so apps still talking to memcached
 //! directly find what memshift writes) and a pipelined send whose raw reply
 //! comes back on the session's reply channel.
@@ -55,19 +55,13 @@ pub struct Legacy {
 impl Legacy {
     /// Start the pool's connections (they come up in the background).
     pub fn start(config: &MemcachedConfig) -> Result<Legacy, ProxyError> {
-        let distribution: Distribution =
-            config.distribution.as_str().parse().map_err(
-                |e: memshift_ring::legacy::LegacyError| ProxyError::Other(e.to_string()),
-            )?;
+        let distribution: Distribution = config.distribution.as_str().parse()?;
         let servers: Vec<LegacyServer> = config
             .servers
             .iter()
             .map(|s| LegacyServer::new(s.addr.clone(), s.weight))
             .collect();
-        let placement = Arc::new(
-            LegacyPlacement::new(distribution, &servers)
-                .map_err(|e| ProxyError::Other(format!("memcached: {e}")))?,
-        );
+        let placement = Arc::new(LegacyPlacement::new(distribution, &servers)?);
         let mut settings = PoolSettings::new(Duration::from_millis(config.timeout_ms));
         settings.connections_per_server = config.connections_per_server.max(1);
         let locate = placement.clone();

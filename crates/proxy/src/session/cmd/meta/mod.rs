@@ -7,24 +7,26 @@
 //! order of the request's flag tokens, with `q` hiding what memcached hides
 //! (mg: `EN`; ms and md: `HD`; ma: the success of an existing counter).
 
+//!
+//! * `redis_reply`: a Redis reply → the meta reply line.
+
+mod redis_reply;
+
 use bytes::{Bytes, BytesMut};
-use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTtl};
+use memshift_protocol::memcache::reply;
 use memshift_protocol::memcache::{
     base64, ArithCommand, MetaCommand, MetaFlags, MetaSetMode, StorageCommand,
 };
-use memshift_protocol::resp::Frame;
-use memshift_shadow::op::{unix_now as shadow_now, Expiry as ShadowExpiry, ShadowOp};
-use tokio::time::Instant;
 
 use super::super::pending::{Op, Results};
 use super::super::Session;
-use super::unix_now;
-use crate::legacy::ReplyShape;
-use crate::migration::Side;
-use crate::redis::encoding;
+use super::shadow::Change;
+use super::{unix_now, Tag};
 use crate::redis::translate::{self, Expiry, MetaArith, WriteOutcome};
 use crate::redis::{BackendError, Reply};
+use crate::router::{Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
+use redis_reply::render_redis;
 
 /// A meta command waiting for its backend.
 #[derive(Debug)]
@@ -35,7 +37,7 @@ pub(in crate::session) struct MetaOp {
     /// The flag tokens as sent.
     tokens: Bytes,
     flags: MetaFlags,
-    side: Side,
+    side: Backend,
     /// How the Redis reply reads.
     kind: Kind,
     /// The CAS unique a successful write stores.
@@ -43,13 +45,13 @@ pub(in crate::session) struct MetaOp {
     /// `ms`: the item as written (for the shadow).
     data: Bytes,
     /// Where the write's result is replicated.
-    shadow: Option<Side>,
+    shadow: Option<Backend>,
     /// When the request was dispatched (for `t` after `T`).
     now: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// `GET` / `GETEX`.
     Get,
     /// The meta get script: `{value, pttl}`.
@@ -66,19 +68,17 @@ enum Kind {
 
 impl Session {
     #[allow(clippy::too_many_arguments)]
-    pub(in crate::session) fn dispatch_meta(
+    pub(in crate::session::cmd) fn dispatch_meta(
         &mut self,
+        routes: &Routes,
+        tag: Tag,
         command: MetaCommand,
         raw_key: Bytes,
         tokens: Bytes,
         data: Bytes,
         flags: MetaFlags,
-        seq: u64,
-        deadline: Instant,
     ) {
         let proxy = self.proxy.clone();
-        let backends = proxy.backends.load();
-        let migration = proxy.migration.load();
         let stats = &proxy.stats;
         let key = if flags.base64 {
             match base64::decode(&raw_key) {
@@ -100,35 +100,26 @@ impl Session {
             bump(&stats.cmd_touch);
         }
         let now = unix_now();
-        let route = migration.route(&key);
+        let route = routes.route(&key);
         let mut op = MetaOp {
             command,
             key,
             tokens,
             flags,
-            side: route.primary,
+            side: route.primary.backend(),
             kind: Kind::Forwarded,
             new_cas: 0,
             data: Bytes::new(),
             shadow: route.shadow,
             now,
         };
-        if let (Side::Memcached, Some(legacy)) = (route.primary, migration.legacy.as_deref()) {
+        if let Target::Memcached { .. } = route.primary {
             forward(&mut self.cmd_buf, command, &raw_key, &op.tokens, &data);
-            let server = legacy.locate(&op.key);
-            let cmd = self.cmd_buf.split().freeze();
-            legacy.send(
-                server,
-                self.lane,
-                cmd,
-                ReplyShape::Meta,
-                self.reply_to(seq, 0),
-            );
+            self.send(routes, route.primary, ReplyShape::Meta, tag.seq, 0);
             op.data = data;
-            self.push_waiting(Op::Meta(Box::new(op)), 1, deadline);
+            self.push_waiting(Op::Meta(Box::new(op)), 1, tag.deadline);
             return;
         }
-        op.side = Side::Redis;
         let key = op.key.clone();
         let expiry = |exptime: i64| Expiry::from_exptime(exptime, now);
         match command {
@@ -241,12 +232,15 @@ impl Session {
                 op.kind = Kind::Arith;
             }
         }
-        let shard = backends.locate(&key);
-        self.send_redis(&backends, shard, seq, 0);
-        self.push_waiting(Op::Meta(Box::new(op)), 1, deadline);
+        self.send(routes, route.primary, ReplyShape::Meta, tag.seq, 0);
+        self.push_waiting(Op::Meta(Box::new(op)), 1, tag.deadline);
     }
 
-    pub(in crate::session) fn render_meta(&mut self, op: MetaOp, results: &Results) {
+    pub(in crate::session::cmd) fn dispatch_meta_noop(&mut self) {
+        self.push_ready(Op::Ready(reply::META_NOOP));
+    }
+
+    pub(in crate::session::cmd) fn render_meta(&mut self, op: MetaOp, results: &Results) {
         let proxy = self.proxy.clone();
         let result = match results.get(0) {
             Some(Ok(reply)) => reply,
@@ -277,26 +271,24 @@ impl Session {
             match outcome {
                 Outcome::Hit => {
                     bump(&stats.get_hits);
-                    proxy.metrics.get_hit(op.side.metrics());
+                    proxy.metrics.get_hit(op.side);
                 }
                 Outcome::Miss => {
                     bump(&stats.get_misses);
-                    proxy.metrics.get_miss(op.side.metrics());
+                    proxy.metrics.get_miss(op.side);
                 }
                 _ => {}
             }
         }
         if let Some(side) = op.shadow {
-            if let Some(shadow) = shadow_op(&op, outcome) {
-                proxy.migration.load().shadow(side, shadow);
-            }
+            let change = meta_change(&op, outcome);
+            self.shadow(side, op.key, change);
         }
     }
 }
-
 /// What a meta command did, as far as replies and the shadow care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+pub(super) enum Outcome {
     /// mg found the item.
     Hit,
     Miss,
@@ -335,194 +327,6 @@ fn position(tokens: &[u8], letter: u8) -> Option<usize> {
         .position(|t| t.first() == Some(&letter))
 }
 
-/// TTL in seconds as memcached's `t` prints it, from a Redis PTTL.
-fn ttl_from_pttl(pttl: i64) -> i64 {
-    if pttl < 0 {
-        -1
-    } else {
-        (pttl + 999) / 1000
-    }
-}
-
-/// TTL `t` prints after `T<exptime>` / `N<exptime>` at `now`.
-fn ttl_from_exptime(exptime: i64, now: i64) -> i64 {
-    match Expiry::from_exptime(exptime, now) {
-        Expiry::Never => -1,
-        Expiry::In(s) => s,
-        Expiry::At(t) => t - now,
-        Expiry::Past => 0,
-    }
-}
-
-fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
-    let flags = &op.flags;
-    let key = &op.key[..];
-    let line = |out: &mut BytesMut, code: &[u8], ret: &MetaReturn| {
-        out.extend_from_slice(code);
-        reply::meta_flags(out, &op.tokens, key, flags.base64, ret);
-        out.extend_from_slice(b"\r\n");
-    };
-    if let Frame::Error(_) = frame {
-        out.extend_from_slice(WriteOutcome::Failed.line());
-        return Outcome::Unknown;
-    }
-    match op.kind {
-        Kind::Get | Kind::GetWithTtl => {
-            let (value, pttl) = match frame {
-                Frame::Bulk(v) => (Some(v), None),
-                Frame::Array(items) => match (items.first(), items.get(1)) {
-                    (Some(Frame::Bulk(v)), Some(Frame::Integer(p))) => (Some(v), Some(*p)),
-                    _ => (None, None),
-                },
-                _ => (None, None),
-            };
-            let Some(item) = value.and_then(encoding::decode) else {
-                if !flags.quiet {
-                    line(out, b"EN", &MetaReturn::default());
-                }
-                return Outcome::Miss;
-            };
-            let ttl = pttl.map(|p| MetaTtl {
-                before: ttl_from_pttl(p),
-                on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
-                on_vivify: None,
-            });
-            let ret = MetaReturn {
-                size: Some(item.data.len() as u64),
-                cas: Some(item.cas),
-                flags: Some(item.flags),
-                ttl,
-            };
-            if flags.value {
-                let mut code = BytesMut::with_capacity(24);
-                code.extend_from_slice(b"VA ");
-                reply::put_u64(&mut code, item.data.len() as u64);
-                line(out, &code, &ret);
-                out.extend_from_slice(&item.data);
-                out.extend_from_slice(b"\r\n");
-            } else {
-                line(out, b"HD", &ret);
-            }
-            Outcome::Hit
-        }
-        Kind::Store(command) => {
-            let (code, outcome): (&[u8], Outcome) = match translate::storage_outcome(command, frame)
-            {
-                WriteOutcome::Stored => (b"HD", Outcome::Done),
-                WriteOutcome::NotStored => (b"NS", Outcome::NotStored),
-                WriteOutcome::Exists => (b"EX", Outcome::Exists),
-                WriteOutcome::NotFound => (b"NF", Outcome::NotFound),
-                _ => {
-                    out.extend_from_slice(WriteOutcome::Failed.line());
-                    return Outcome::Unknown;
-                }
-            };
-            if !(flags.quiet && outcome == Outcome::Done) {
-                let cas = if outcome == Outcome::Done {
-                    op.new_cas
-                } else {
-                    0
-                };
-                let ret = MetaReturn {
-                    cas: Some(cas),
-                    ..MetaReturn::default()
-                };
-                line(out, code, &ret);
-            }
-            outcome
-        }
-        Kind::Delete | Kind::DeleteCas => {
-            let outcome = match (op.kind, frame) {
-                (Kind::Delete, Frame::Integer(0)) | (Kind::DeleteCas, Frame::Integer(0)) => {
-                    Outcome::NotFound
-                }
-                (Kind::DeleteCas, Frame::Integer(1)) => Outcome::Exists,
-                (_, Frame::Integer(_)) => Outcome::Done,
-                _ => {
-                    out.extend_from_slice(WriteOutcome::Failed.line());
-                    return Outcome::Unknown;
-                }
-            };
-            let code: &[u8] = match outcome {
-                Outcome::NotFound => b"NF",
-                Outcome::Exists => b"EX",
-                _ => b"HD",
-            };
-            if !(flags.quiet && outcome == Outcome::Done) {
-                line(out, code, &MetaReturn::default());
-            }
-            outcome
-        }
-        Kind::Arith => {
-            let (status, digits, pttl) = match frame {
-                Frame::Integer(0) => {
-                    line(out, b"NF", &MetaReturn::default());
-                    return Outcome::NotFound;
-                }
-                Frame::Integer(1) => {
-                    line(out, b"EX", &MetaReturn::default());
-                    return Outcome::Exists;
-                }
-                Frame::Integer(-1) => {
-                    out.extend_from_slice(reply::CLIENT_ERROR_NON_NUMERIC);
-                    return Outcome::Error;
-                }
-                Frame::Array(items) => match (items.first(), items.get(1), items.get(2)) {
-                    (
-                        Some(Frame::Integer(status)),
-                        Some(Frame::Bulk(digits)),
-                        Some(Frame::Integer(pttl)),
-                    ) => (*status, digits, *pttl),
-                    _ => {
-                        out.extend_from_slice(WriteOutcome::Failed.line());
-                        return Outcome::Unknown;
-                    }
-                },
-                _ => {
-                    out.extend_from_slice(WriteOutcome::Failed.line());
-                    return Outcome::Unknown;
-                }
-            };
-            let created = status == 3;
-            let outcome = if created {
-                Outcome::Created
-            } else {
-                Outcome::Done
-            };
-            if flags.quiet && !created {
-                return outcome;
-            }
-            let ret = MetaReturn {
-                cas: Some(op.new_cas),
-                ttl: Some(MetaTtl {
-                    before: if created { -1 } else { ttl_from_pttl(pttl) },
-                    on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
-                    on_vivify: flags
-                        .vivify
-                        .filter(|_| created)
-                        .map(|t| ttl_from_exptime(t, op.now)),
-                }),
-                ..MetaReturn::default()
-            };
-            if flags.value {
-                let mut code = BytesMut::with_capacity(24);
-                code.extend_from_slice(b"VA ");
-                reply::put_u64(&mut code, digits.len() as u64);
-                line(out, &code, &ret);
-                out.extend_from_slice(digits);
-                out.extend_from_slice(b"\r\n");
-            } else {
-                line(out, b"HD", &ret);
-            }
-            outcome
-        }
-        Kind::Forwarded => {
-            out.extend_from_slice(WriteOutcome::Failed.line());
-            Outcome::Unknown
-        }
-    }
-}
-
 /// A memcached meta reply, classified by its code.
 fn forwarded_outcome(command: MetaCommand, raw: &[u8]) -> Outcome {
     match (command, raw.get(..2)) {
@@ -537,33 +341,30 @@ fn forwarded_outcome(command: MetaCommand, raw: &[u8]) -> Outcome {
     }
 }
 
-/// What the shadow backend gets: the resulting item when it is known, a
-/// delete when the primary may have changed the key in a way not known
-/// here, nothing when nothing changed.
-fn shadow_op(op: &MetaOp, outcome: Outcome) -> Option<ShadowOp> {
-    let key = op.key.clone();
-    let now = shadow_now();
+/// What the command did to its key, by its outcome on the primary.
+fn meta_change(op: &MetaOp, outcome: Outcome) -> Change {
     match (op.command, outcome) {
-        (MetaCommand::Get, Outcome::Hit) => op.flags.ttl.map(|t| ShadowOp::Touch {
-            key,
-            expiry: ShadowExpiry::from_memcached(t, now),
-        }),
-        (MetaCommand::Get, _) => None,
+        (MetaCommand::Get, Outcome::Hit) => op
+            .flags
+            .ttl
+            .map_or(Change::Nothing, |exptime| Change::Touched { exptime }),
+        (MetaCommand::Get, _) => Change::Nothing,
         (MetaCommand::Set, Outcome::Done)
             if !matches!(
                 op.flags.set_mode,
                 MetaSetMode::Append | MetaSetMode::Prepend
             ) =>
         {
-            Some(ShadowOp::Set {
-                key,
+            Change::Stored {
                 flags: op.flags.client_flags,
-                expiry: ShadowExpiry::from_memcached(op.flags.ttl.unwrap_or(0), now),
+                exptime: op.flags.ttl.unwrap_or(0),
                 data: op.data.clone(),
-            })
+            }
         }
-        (_, Outcome::NotStored | Outcome::Exists | Outcome::NotFound | Outcome::Error) => None,
-        _ => Some(ShadowOp::Delete { key }),
+        (_, Outcome::NotStored | Outcome::Exists | Outcome::NotFound | Outcome::Error) => {
+            Change::Nothing
+        }
+        _ => Change::Unknown,
     }
 }
 

@@ -14,47 +14,17 @@ use std::sync::Arc;
 use memshift_shadow::canary::CanarySplit;
 use memshift_shadow::compare::{CompareSampler, MismatchLogger};
 use memshift_shadow::op::ShadowOp;
-use memshift_shadow::queue::{PushResult, ShadowQueue};
-use memshift_shadow::RollbackDetector;
+use memshift_shadow::queue::{PushResult, ShadowQueue, ShadowSink};
+use memshift_shadow::{Backend, RollbackDetector};
 
+use super::legacy::Legacy;
 use crate::config::{MigrationConfig, Phase};
-use crate::legacy::Legacy;
 
-/// A storage backend.
+/// Which backend answers a key and which one gets its shadow write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Redis,
-    Memcached,
-}
-
-impl Side {
-    pub fn metrics(self) -> crate::metrics::Backend {
-        match self {
-            Side::Redis => crate::metrics::Backend::Redis,
-            Side::Memcached => crate::metrics::Backend::Memcached,
-        }
-    }
-
-    pub fn shadow(self) -> memshift_shadow::Backend {
-        match self {
-            Side::Redis => memshift_shadow::Backend::Redis,
-            Side::Memcached => memshift_shadow::Backend::Memcached,
-        }
-    }
-
-    pub fn other(self) -> Side {
-        match self {
-            Side::Redis => Side::Memcached,
-            Side::Memcached => Side::Redis,
-        }
-    }
-}
-
-/// Where one key's request goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route {
-    pub primary: Side,
-    pub shadow: Option<Side>,
+pub struct Sides {
+    pub primary: Backend,
+    pub shadow: Option<Backend>,
 }
 
 /// The migration as it is now.
@@ -117,34 +87,35 @@ impl Migration {
         }
     }
 
+    /// The sides of `key` in this phase (canary splits by key).
     #[inline]
-    pub fn route(&self, key: &[u8]) -> Route {
+    pub fn sides(&self, key: &[u8]) -> Sides {
         let (primary, shadow) = match self.phase {
-            Phase::Redis => (Side::Redis, None),
-            Phase::Memcached => (Side::Memcached, None),
-            Phase::Warmup => (Side::Memcached, Some(Side::Redis)),
-            Phase::Cutover => (Side::Redis, Some(Side::Memcached)),
+            Phase::Redis => (Backend::Redis, None),
+            Phase::Memcached => (Backend::Memcached, None),
+            Phase::Warmup => (Backend::Memcached, Some(Backend::Redis)),
+            Phase::Cutover => (Backend::Redis, Some(Backend::Memcached)),
             Phase::Canary => {
                 if self.canary.contains(key) {
-                    (Side::Redis, Some(Side::Memcached))
+                    (Backend::Redis, Some(Backend::Memcached))
                 } else {
-                    (Side::Memcached, Some(Side::Redis))
+                    (Backend::Memcached, Some(Backend::Redis))
                 }
             }
         };
-        Route { primary, shadow }
+        Sides { primary, shadow }
     }
 
     /// A Redis miss reads memcached (canary and cutover, when enabled).
-    pub fn backfills(&self, route: Route) -> bool {
-        self.backfill && route.primary == Side::Redis && route.shadow == Some(Side::Memcached)
+    pub fn backfills(&self, sides: Sides) -> bool {
+        self.backfill && sides.primary == Backend::Redis && sides.shadow == Some(Backend::Memcached)
     }
 
     /// Queue a shadow write; never waits (a full queue drops and counts it).
-    pub fn shadow(&self, side: Side, op: ShadowOp) -> PushResult {
+    pub fn shadow(&self, side: Backend, op: ShadowOp) -> PushResult {
         let queue = match side {
-            Side::Redis => &self.to_redis,
-            Side::Memcached => &self.to_memcached,
+            Backend::Redis => &self.to_redis,
+            Backend::Memcached => &self.to_memcached,
         };
         match queue {
             Some(q) => q.try_push(op),
@@ -157,12 +128,12 @@ impl Migration {
 /// state in `memshift_shadow_breaker_open`.
 struct ShadowMetrics {
     metrics: Arc<crate::metrics::Metrics>,
-    side: Side,
+    side: Backend,
 }
 
 impl memshift_shadow::queue::ShadowObserver for ShadowMetrics {
     fn result(&self, result: memshift_shadow::queue::ShadowResult) {
-        self.metrics.shadow_write(self.side.metrics(), &result);
+        self.metrics.shadow_write(self.side, &result);
     }
 
     fn breaker(&self, open: bool) {
@@ -171,18 +142,18 @@ impl memshift_shadow::queue::ShadowObserver for ShadowMetrics {
         } else {
             tracing::info!(backend = ?self.side, "shadow circuit breaker closed: shadow writes resume");
         }
-        self.metrics.set_breaker_open(self.side.metrics(), open);
+        self.metrics.set_breaker_open(self.side, open);
     }
 }
 
 /// Build the migration for `config`: shadow queues for the sides that get
-/// shadow writes in its phase, the rollback detector for canary.
+/// shadow writes in its phase (`redis_sink` writes to Redis), the rollback
+/// detector for canary.
 pub fn build(
     config: &crate::config::Config,
-    backends: &Arc<arc_swap::ArcSwap<crate::proxy::Backends>>,
+    redis_sink: Arc<dyn ShadowSink>,
     legacy: Option<Arc<Legacy>>,
     metrics: &Arc<crate::metrics::Metrics>,
-    cas_seed: u64,
 ) -> Migration {
     use memshift_shadow::breaker::BreakerSettings;
     use memshift_shadow::queue::QueueSettings;
@@ -206,13 +177,10 @@ pub fn build(
     let to_redis = redis_is_shadow.then(|| {
         ShadowQueue::start(
             settings,
-            Arc::new(crate::redis::shadow_sink::RedisShadowSink::new(
-                backends.clone(),
-                cas_seed ^ 0x5348_4144_4f57,
-            )),
+            redis_sink,
             Arc::new(ShadowMetrics {
                 metrics: metrics.clone(),
-                side: Side::Redis,
+                side: Backend::Redis,
             }),
         )
     });
@@ -222,7 +190,7 @@ pub fn build(
             legacy.shadow_sink(),
             Arc::new(ShadowMetrics {
                 metrics: metrics.clone(),
-                side: Side::Memcached,
+                side: Backend::Memcached,
             }),
         )),
         _ => None,

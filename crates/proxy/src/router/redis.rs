@@ -1,0 +1,295 @@
+//! Redis placement: which shard serves a key, and the shards' connections.
+//! Swapped whole on reload; a session holds the old generation until its
+//! requests are sent, so requests already routed finish on their old shard.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use memshift_protocol::resp::Frame;
+use memshift_ring::{Ring, RingConfig, ShardSpec};
+use tokio::sync::mpsc;
+
+use crate::config::{Config, ShardDownPolicy};
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+use crate::redis::connection::ConnectionSettings;
+use crate::redis::shard::Shard;
+use crate::redis::{BackendError, BackendReply, BackendRequest, Reply, ReplyTo};
+use crate::router::Access;
+
+/// How keys map to shards. One kind today; a Redis Cluster (slot map,
+/// redirects) is another variant.
+#[derive(Debug)]
+pub enum Placement {
+    /// Standalone shards on the xxh3 vnode ring, with ejection.
+    Ring(RingPlacement),
+}
+
+impl Placement {
+    #[inline]
+    fn locate(&self, key: &[u8], access: Access, shards: &[Arc<Shard>]) -> usize {
+        match self {
+            Placement::Ring(ring) => ring.locate(key, access, shards),
+        }
+    }
+
+    /// The shard that owns `key` when every shard is up.
+    fn owner(&self, key: &[u8]) -> usize {
+        match self {
+            Placement::Ring(ring) => ring.ring.locate(key),
+        }
+    }
+
+    fn ejects(&self) -> bool {
+        match self {
+            Placement::Ring(ring) => ring.policy == ShardDownPolicy::Eject,
+        }
+    }
+
+    fn health_changed(&self, shards: &[Arc<Shard>]) {
+        match self {
+            Placement::Ring(ring) => ring.health_changed(shards),
+        }
+    }
+}
+
+/// Every configured shard on one ring; under the eject policy, a second
+/// ring without the shards marked down.
+#[derive(Debug)]
+pub struct RingPlacement {
+    ring: Ring,
+    policy: ShardDownPolicy,
+    /// Under the eject policy: the ring without the shards marked down.
+    active: ArcSwap<ActiveRing>,
+    ring_shards: Vec<ShardSpec>,
+    ring_config: RingConfig,
+}
+
+/// A ring over a subset of the shards, and where its slots point.
+#[derive(Debug)]
+struct ActiveRing {
+    /// None when every shard is down.
+    ring: Option<Ring>,
+    to_shard: Vec<usize>,
+}
+
+impl RingPlacement {
+    fn new(config: &Config) -> Result<RingPlacement, ProxyError> {
+        let ring = Ring::new(&config.ring_shards(), config.ring_config())?;
+        Ok(RingPlacement {
+            active: ArcSwap::from_pointee(ActiveRing {
+                ring: Some(ring.clone()),
+                to_shard: (0..config.redis.shards.len()).collect(),
+            }),
+            ring,
+            policy: config.redis.on_shard_down,
+            ring_shards: config.ring_shards(),
+            ring_config: config.ring_config(),
+        })
+    }
+
+    /// Under the eject policy, a write routed away from its ejected owner
+    /// is remembered, to be cleaned before the owner rejoins (`eject`).
+    #[inline]
+    fn locate(&self, key: &[u8], access: Access, shards: &[Arc<Shard>]) -> usize {
+        match self.policy {
+            ShardDownPolicy::Fail => self.ring.locate(key),
+            ShardDownPolicy::Eject => {
+                let active = self.active.load();
+                match &active.ring {
+                    Some(ring) => {
+                        let shard = active.to_shard[ring.locate(key)];
+                        if access == Access::Write && active.to_shard.len() < shards.len() {
+                            let owner = self.ring.locate(key);
+                            if owner != shard {
+                                if let Some(owner) = shards.get(owner) {
+                                    owner.diverted.record(key);
+                                }
+                            }
+                        }
+                        shard
+                    }
+                    // Nothing is up: the owner's connection fails it fast.
+                    None => self.ring.locate(key),
+                }
+            }
+        }
+    }
+
+    /// Under the eject policy, rebuild the ring from the healthy shards.
+    fn health_changed(&self, shards: &[Arc<Shard>]) {
+        if self.policy != ShardDownPolicy::Eject {
+            return;
+        }
+        let to_shard: Vec<usize> = (0..shards.len())
+            .filter(|&i| shards[i].is_healthy())
+            .collect();
+        let specs: Vec<ShardSpec> = to_shard
+            .iter()
+            .map(|&i| self.ring_shards[i].clone())
+            .collect();
+        let ring = Ring::new(&specs, self.ring_config).ok();
+        tracing::warn!(
+            serving = to_shard.len(),
+            configured = shards.len(),
+            "eject policy: ring rebuilt from the healthy shards"
+        );
+        self.active.store(Arc::new(ActiveRing { ring, to_shard }));
+    }
+}
+
+/// The Redis side of one generation: the placement and the shard behind
+/// each of its indexes.
+#[derive(Debug)]
+pub struct RedisBackends {
+    placement: Placement,
+    pub shards: Vec<Arc<Shard>>,
+    /// Per-request deadline (`redis.timeout_ms`).
+    pub request_timeout: Duration,
+}
+
+impl RedisBackends {
+    /// Build the placement and start every shard's connections; shards
+    /// whose address and connection settings are unchanged keep their live
+    /// connections from `previous`.
+    pub fn start(
+        config: &Config,
+        previous: Option<&RedisBackends>,
+        metrics: &Metrics,
+    ) -> Result<RedisBackends, ProxyError> {
+        let placement = Placement::Ring(RingPlacement::new(config)?);
+        let redis = &config.redis;
+        let redis_tls = crate::tls::RedisTls::from_config(redis)?;
+        let shards: Vec<Arc<Shard>> = redis
+            .shards
+            .iter()
+            .map(|s| {
+                let settings = ConnectionSettings {
+                    addr: s.addr.clone(),
+                    username: redis.username.clone(),
+                    password: redis.password.clone(),
+                    timeout: Duration::from_millis(redis.timeout_ms),
+                    connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
+                    tls: redis_tls.as_ref().map(|t| t.for_shard(&s.addr)),
+                };
+                let reusable = previous.and_then(|p| {
+                    p.shards.iter().find(|old| {
+                        old.id == s.id()
+                            && *old.settings() == settings
+                            && old.connection_count() == redis.connections_per_shard.max(1)
+                    })
+                });
+                match reusable {
+                    Some(old) => old.clone(),
+                    None => Arc::new(Shard::start(
+                        s.id().to_string(),
+                        settings,
+                        redis.connections_per_shard,
+                        redis.max_inflight_per_connection,
+                        metrics.shard(memshift_shadow::Backend::Redis, s.id()),
+                    )),
+                }
+            })
+            .collect();
+        let backends = RedisBackends {
+            placement,
+            shards,
+            request_timeout: Duration::from_millis(redis.timeout_ms),
+        };
+        // Shards kept from the previous generation may be down right now:
+        // under the eject policy they stay out of the ring.
+        if backends.shards.iter().any(|s| !s.is_healthy()) {
+            backends.health_changed();
+        }
+        Ok(backends)
+    }
+
+    /// The shard that serves a request that may change `key` now.
+    #[inline]
+    pub fn locate(&self, key: &[u8]) -> usize {
+        self.placement.locate(key, Access::Write, &self.shards)
+    }
+
+    /// The shard that serves a read of `key` now.
+    #[inline]
+    pub fn locate_read(&self, key: &[u8]) -> usize {
+        self.placement.locate(key, Access::Read, &self.shards)
+    }
+
+    /// The shard that owns `key` when every shard is up.
+    pub fn owner(&self, key: &[u8]) -> usize {
+        self.placement.owner(key)
+    }
+
+    /// Whether down shards leave the placement (`on_shard_down = "eject"`).
+    pub fn ejects(&self) -> bool {
+        self.placement.ejects()
+    }
+
+    /// Put `cmd` on `shard`'s connection `lane`; its reply goes to `reply`.
+    #[inline]
+    pub fn send(&self, shard: usize, lane: usize, cmd: Bytes, reply: ReplyTo) {
+        match self.shards.get(shard) {
+            Some(s) => s.send(lane, BackendRequest { cmd, reply }),
+            None => reply.send(Err(BackendError::Unavailable)),
+        }
+    }
+
+    /// Send `cmd` to `shard` outside any session (on its first connection)
+    /// and return its reply. The command is queued before this returns, so
+    /// callers that need an order get it even if they await later.
+    pub fn call(
+        &self,
+        shard: usize,
+        cmd: Bytes,
+    ) -> impl std::future::Future<Output = Result<Frame, BackendError>> + Send + 'static {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        self.send(
+            shard,
+            0,
+            cmd,
+            ReplyTo {
+                tx,
+                seq: 0,
+                part: 0,
+            },
+        );
+        async move {
+            match rx.recv().await.map(|r| r.result) {
+                Some(Ok(Reply::Redis(frame))) => Ok(frame),
+                Some(Ok(Reply::Memcached(_))) | None => Err(BackendError::ConnectionLost),
+                Some(Err(e)) => Err(e),
+            }
+        }
+    }
+
+    /// `call` on the shard that serves `key`.
+    pub fn call_for_key(
+        &self,
+        key: &[u8],
+        cmd: Bytes,
+    ) -> impl std::future::Future<Output = Result<Frame, BackendError>> + Send + 'static {
+        self.call(self.locate(key), cmd)
+    }
+
+    /// Send `cmd` to every shard; shard i's reply comes with `part` i.
+    pub fn broadcast(&self, cmd: Bytes) -> mpsc::UnboundedReceiver<BackendReply> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for i in 0..self.shards.len() {
+            let reply = ReplyTo {
+                tx: tx.clone(),
+                seq: 0,
+                part: i as u32,
+            };
+            self.send(i, 0, cmd.clone(), reply);
+        }
+        rx
+    }
+
+    /// The health monitor changed a shard's state: the placement follows.
+    pub fn health_changed(&self) {
+        self.placement.health_changed(&self.shards);
+    }
+}

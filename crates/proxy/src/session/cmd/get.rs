@@ -1,0 +1,460 @@
+//! get, gets, gat, gats: keys grouped by backend server, Redis misses
+//! looked up in memcached (backfill), sampled reads compared with the
+//! other backend.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use memshift_protocol::memcache::client::{self, Response};
+use memshift_protocol::memcache::{reply, Keys, RetrievalCommand, StorageCommand};
+use memshift_protocol::resp::Frame;
+
+use super::super::pending::{Backfill, Op, Plan, Results, Retrieval, Slot, OWN_REPLY};
+use super::super::Session;
+use super::shadow::Change;
+use super::unix_now;
+use super::Tag;
+use crate::config::Phase;
+use crate::redis::translate::{self, Expiry};
+use crate::redis::{encoding, BackendError, Reply};
+use crate::router::{Access, Backend, ReplyShape, Routes, Target};
+use crate::stats::bump;
+
+/// A read to compare with the other backend: key, side that answered, and
+/// its answer (flags, data).
+type Compared = (Bytes, Backend, Option<(u32, Bytes)>);
+
+/// One key's answer.
+struct Found {
+    flags: u32,
+    cas: u64,
+    data: Bytes,
+}
+
+impl Session {
+    pub(super) fn dispatch_get(
+        &mut self,
+        routes: &Routes,
+        tag: Tag,
+        command: RetrievalCommand,
+        exptime: i64,
+        keys: Keys<Bytes>,
+    ) {
+        let stats = &self.proxy.stats;
+        stats
+            .cmd_get
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        if matches!(command, RetrievalCommand::Gat | RetrievalCommand::Gats) {
+            stats
+                .cmd_touch
+                .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        }
+        let (op, parts) = self.send_get(routes, command, exptime, keys, tag.seq);
+        self.push_waiting(op, parts, tag.deadline);
+    }
+
+    /// get/gets/gat/gats: Redis keys grouped by shard (one MGET each; GETEX
+    /// per key for gat), memcached keys grouped by server (one request
+    /// each), all sent at once. Returns the op and its number of parts.
+    fn send_get(
+        &mut self,
+        routes: &Routes,
+        command: RetrievalCommand,
+        exptime: i64,
+        keys: Keys<Bytes>,
+        seq: u64,
+    ) -> (Op, u32) {
+        let touch = matches!(command, RetrievalCommand::Gat | RetrievalCommand::Gats);
+        let expiry = Expiry::from_exptime(exptime, unix_now());
+        let migration = routes.migration();
+        let legacy = routes.legacy();
+        let phase_is_redis = migration.phase == Phase::Redis;
+        let mut retrieval = Retrieval {
+            keys,
+            with_cas: command.returns_cas(),
+            plan: Plan::Single(Backend::Redis),
+            backfill: None,
+            compare: false,
+            sample_miss_rate: migration.rollback.is_some(),
+            touch: touch.then_some(exptime),
+        };
+
+        if retrieval.keys.len() == 1 {
+            let key = retrieval.keys.iter().next().unwrap_or_default();
+            // gat/gats change the item's TTL: a write for placement.
+            let route = if touch {
+                routes.route(key)
+            } else {
+                routes.route_read(key)
+            };
+            match route.primary {
+                Target::Memcached { .. } => {
+                    let _ = client::retrieval(&mut self.cmd_buf, command, exptime, [key]);
+                    retrieval.plan = Plan::Single(Backend::Memcached);
+                }
+                Target::Redis { .. } => {
+                    if touch {
+                        translate::get_and_touch(&mut self.cmd_buf, key, expiry);
+                    } else {
+                        translate::get(&mut self.cmd_buf, key);
+                    }
+                    if !touch && migration.backfills(route.sides()) {
+                        retrieval.backfill = Some(Backfill::default());
+                    }
+                }
+            }
+            self.send(routes, route.primary, ReplyShape::Values, seq, 0);
+            retrieval.compare =
+                !phase_is_redis && route.shadow.is_some() && !touch && migration.compare.sample();
+            return (Op::Retrieval(retrieval), 1);
+        }
+
+        // Several keys: decide each key's backend and group.
+        let shard_count = routes.redis().shards.len();
+        let server_count = legacy.map_or(0, |l| l.server_count());
+        let mut redis_groups: Vec<Vec<&[u8]>> = vec![Vec::new(); shard_count];
+        let mut mc_groups: Vec<Vec<&[u8]>> = vec![Vec::new(); server_count];
+        // (side, group, index within group) per key, before parts are numbered.
+        let mut placed: Vec<(Backend, u32, u32)> = Vec::with_capacity(retrieval.keys.len());
+        let mut any_backfill = false;
+        for key in retrieval.keys.iter() {
+            let route = if touch {
+                routes.route(key)
+            } else {
+                routes.route_read(key)
+            };
+            let (groups, group) = match route.primary {
+                Target::Memcached { server } => (&mut mc_groups, server),
+                Target::Redis { shard } => {
+                    any_backfill |= !touch && migration.backfills(route.sides());
+                    (&mut redis_groups, shard)
+                }
+            };
+            let index = groups[group].len() as u32;
+            placed.push((route.primary.backend(), group as u32, index));
+            groups[group].push(key);
+        }
+        let mut parts = 0u32;
+        let mut redis_part = vec![u32::MAX; shard_count];
+        let mut mc_part = vec![u32::MAX; server_count];
+        // gat/gats on Redis: one GETEX per key, each its own part.
+        let mut getex_part: Vec<u32> = Vec::new();
+        if touch {
+            for (i, key) in retrieval.keys.iter().enumerate() {
+                if placed[i].0 == Backend::Redis {
+                    translate::get_and_touch(&mut self.cmd_buf, key, expiry);
+                    let target = Target::Redis {
+                        shard: placed[i].1 as usize,
+                    };
+                    self.send(routes, target, ReplyShape::Line, seq, parts);
+                    getex_part.push(parts);
+                    parts += 1;
+                } else {
+                    getex_part.push(u32::MAX);
+                }
+            }
+        } else {
+            for (shard, group) in redis_groups.iter().enumerate() {
+                if group.is_empty() {
+                    continue;
+                }
+                translate::mget(&mut self.cmd_buf, group.iter().copied());
+                let target = Target::Redis { shard };
+                self.send(routes, target, ReplyShape::Line, seq, parts);
+                redis_part[shard] = parts;
+                parts += 1;
+            }
+        }
+        for (server, group) in mc_groups.iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            let _ = client::retrieval(&mut self.cmd_buf, command, exptime, group.iter());
+            let target = Target::Memcached { server };
+            self.send(routes, target, ReplyShape::Values, seq, parts);
+            mc_part[server] = parts;
+            parts += 1;
+        }
+        let slots = placed
+            .iter()
+            .enumerate()
+            .map(|(i, &(side, group, index))| match side {
+                Backend::Redis if touch => Slot {
+                    side,
+                    part: getex_part[i],
+                    index: OWN_REPLY,
+                },
+                Backend::Redis => Slot {
+                    side,
+                    part: redis_part[group as usize],
+                    index,
+                },
+                Backend::Memcached => Slot {
+                    side,
+                    part: mc_part[group as usize],
+                    index,
+                },
+            })
+            .collect();
+        retrieval.plan = Plan::Slots(slots);
+        if any_backfill {
+            retrieval.backfill = Some(Backfill::default());
+        }
+        (Op::Retrieval(retrieval), parts)
+    }
+
+    /// A retrieval's Redis replies are in: look up its Redis misses in
+    /// memcached (backfill). True if lookups were sent (still waiting).
+    pub(in crate::session) fn start_backfill(&mut self, index: usize) -> bool {
+        let routes = self.proxy.router.load();
+        let migration = routes.migration();
+        if routes.legacy().is_none() {
+            return false;
+        }
+        let seq = self.base_seq + index as u64;
+        let reply_to = self.reply_to(seq, 0);
+        let Some(pending) = self.pending.get_mut(index) else {
+            return false;
+        };
+        let Op::Retrieval(retrieval) = &mut pending.op else {
+            return false;
+        };
+        let Some(backfill) = retrieval.backfill.as_mut() else {
+            return false;
+        };
+        if backfill.started {
+            return false;
+        }
+        backfill.started = true;
+        let mut lookups = Vec::new();
+        for (i, key) in retrieval.keys.iter().enumerate() {
+            let Some(slot) = retrieval.plan.slot(i) else {
+                continue;
+            };
+            if slot.side != Backend::Redis || !migration.backfills(migration.sides(key)) {
+                continue;
+            }
+            let hit = match pending.results.get(slot.part) {
+                Some(Ok(Reply::Redis(frame))) => redis_item(frame, slot.index).is_some(),
+                // A failed Redis read is not a miss: don't mask the error.
+                _ => true,
+            };
+            if let (false, Some(target)) =
+                (hit, routes.target_on(Backend::Memcached, key, Access::Read))
+            {
+                let part = pending.results.push();
+                let _ = client::meta_get(&mut self.cmd_buf, key);
+                let cmd = self.cmd_buf.split().freeze();
+                lookups.push((i as u32, part, target, cmd));
+            }
+        }
+        if lookups.is_empty() {
+            return false;
+        }
+        pending.waiting += lookups.len() as u32;
+        let lane = self.lane;
+        for (key_index, part, target, cmd) in lookups {
+            backfill.lookups.push((key_index, part));
+            let reply = crate::redis::ReplyTo {
+                part,
+                ..reply_to.clone()
+            };
+            routes.send(target, lane, cmd, ReplyShape::Meta, reply);
+        }
+        true
+    }
+
+    pub(super) fn render_get(&mut self, r: Retrieval, results: &Results) {
+        let proxy = self.proxy.clone();
+        let stats = &proxy.stats;
+        let metrics = &proxy.metrics;
+        let routes = proxy.router.load();
+        let migration = routes.migration();
+        let parts = results.len();
+        // Where the next VALUE of each memcached part starts.
+        // Allocated only when a memcached reply is read.
+        let mut cursors: Vec<usize> = Vec::new();
+        let mut answered = 0usize;
+        let mut first_error: Option<BackendError> = None;
+        let mut compared: Option<Compared> = None;
+        for (i, key) in r.keys.iter().enumerate() {
+            let Some(slot) = r.plan.slot(i) else {
+                continue;
+            };
+            let mut found = match results.get(slot.part) {
+                Some(Ok(Reply::Redis(frame))) => redis_item(frame, slot.index).map(|item| Found {
+                    flags: item.flags,
+                    cas: item.cas,
+                    data: item.data,
+                }),
+                Some(Ok(Reply::Memcached(raw))) => {
+                    if cursors.len() < parts {
+                        cursors.resize(parts, 0);
+                    }
+                    next_value(raw, &mut cursors[slot.part as usize], key)
+                }
+                Some(Err(e)) => {
+                    first_error.get_or_insert(*e);
+                    None
+                }
+                None => None,
+            };
+            // A key whose backend failed is neither a hit nor a miss.
+            let failed = !matches!(results.get(slot.part), Some(Ok(_)));
+            if failed {
+                continue;
+            }
+            answered += 1;
+            // Per-backend hit rates count what the primary had; a value the
+            // backfill found counts as a memcached hit on top.
+            let primary_hit = found.is_some();
+            if primary_hit {
+                metrics.get_hit(slot.side);
+            } else {
+                metrics.get_miss(slot.side);
+            }
+            if found.is_none() && slot.side == Backend::Redis {
+                found = self.backfilled(&r, i, key, results);
+                if found.is_some() {
+                    metrics.get_hit(Backend::Memcached);
+                }
+            }
+            if r.sample_miss_rate {
+                if let Some(detector) = &migration.rollback {
+                    detector.record(slot.side, primary_hit);
+                }
+            }
+            if let (Some(exptime), Some(_)) = (r.touch, &found) {
+                // gat/gats changed the TTL on the primary: same on the shadow.
+                if let Some(side) = migration.sides(key).shadow {
+                    self.shadow(
+                        side,
+                        Bytes::copy_from_slice(key),
+                        Change::Touched { exptime },
+                    );
+                }
+            }
+            if r.compare {
+                compared = Some((
+                    Bytes::copy_from_slice(key),
+                    slot.side,
+                    found.as_ref().map(|f| (f.flags, f.data.clone())),
+                ));
+            }
+            match found {
+                Some(item) => {
+                    bump(&stats.get_hits);
+                    reply::value(
+                        // Straight to the output: a request with any value
+                        // has an answered backend, so it ends with END.
+                        &mut self.wbuf,
+                        key,
+                        item.flags,
+                        &item.data,
+                        r.with_cas.then_some(item.cas),
+                    );
+                }
+                None => bump(&stats.get_misses),
+            }
+        }
+        match first_error {
+            // When no backend involved answered, the request failed; keys of
+            // a failed backend in a multi-get are left out (like misses) so
+            // the others are still served.
+            Some(e) if answered == 0 => self.wbuf.extend_from_slice(e.reply_line()),
+            _ => self.wbuf.extend_from_slice(reply::END),
+        }
+        if let Some((key, side, primary)) = compared {
+            crate::compare::spawn(proxy.clone(), key, side, primary);
+        }
+    }
+
+    /// A Redis miss that the backfill found in memcached: answer with it and
+    /// copy it into Redis (same flags, remaining TTL; only if Redis still has
+    /// no value, so a newer write is never overwritten).
+    fn backfilled(
+        &mut self,
+        r: &Retrieval,
+        key_index: usize,
+        key: &[u8],
+        results: &Results,
+    ) -> Option<Found> {
+        let backfill = r.backfill.as_ref()?;
+        let &(_, part) = backfill
+            .lookups
+            .iter()
+            .find(|(k, _)| *k as usize == key_index)?;
+        let Some(Ok(Reply::Memcached(raw))) = results.get(part) else {
+            return None;
+        };
+        let Ok(Some((Response::MetaValue { flags, data }, _))) = client::parse_reply(raw) else {
+            return None;
+        };
+        let item_flags = flags.client_flags().unwrap_or(0);
+        let ttl = flags.ttl();
+        let data = raw.slice_ref(data);
+        let expiry = match ttl {
+            None | Some(-1) => Expiry::Never,
+            Some(t) if t <= 0 => Expiry::Past,
+            Some(t) => Expiry::In(t),
+        };
+        let cas = self.cas.next_cas();
+        let routes = self.proxy.router.load();
+        translate::store(
+            &mut self.cmd_buf,
+            StorageCommand::Add,
+            key,
+            item_flags,
+            cas,
+            &data,
+            expiry,
+        );
+        let target = routes.target_on(Backend::Redis, key, Access::Write)?;
+        // The copy's reply is not awaited: a sequence number no request has.
+        self.send(&routes, target, ReplyShape::Line, u64::MAX, 0);
+        Some(Found {
+            flags: item_flags,
+            cas,
+            data,
+        })
+    }
+}
+
+/// The stored item a Redis reply holds for one key: a GET/GETEX reply
+/// (`OWN_REPLY`) or element `index` of an MGET reply.
+fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
+    let value = match (frame, index) {
+        (Frame::Bulk(v), OWN_REPLY) => v,
+        (Frame::Array(items), i) => match items.get(i as usize) {
+            Some(Frame::Bulk(v)) => v,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    encoding::decode(value)
+}
+/// The next VALUE of a memcached multi-get reply, if it is for `key`
+/// (memcached answers keys in request order and skips misses).
+fn next_value(raw: &Bytes, cursor: &mut usize, key: &[u8]) -> Option<Found> {
+    let rest = raw.get(*cursor..)?;
+    match client::parse_reply(rest) {
+        Ok(Some((
+            Response::Value {
+                key: k,
+                flags,
+                data,
+                cas,
+            },
+            used,
+        ))) if k == key => {
+            let data = raw.slice_ref(data);
+            *cursor += used;
+            Some(Found {
+                flags,
+                cas: cas.unwrap_or(0),
+                data,
+            })
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,198 @@
+//! A Redis reply to a meta command, as memcached 1.6.18 answers it: the
+//! code, the requested return flags, the value.
+
+use bytes::BytesMut;
+use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTtl};
+use memshift_protocol::resp::Frame;
+
+use super::{Kind, MetaOp, Outcome};
+use crate::redis::encoding;
+use crate::redis::translate::{self, Expiry, WriteOutcome};
+
+/// TTL in seconds as memcached's `t` prints it, from a Redis PTTL.
+fn ttl_from_pttl(pttl: i64) -> i64 {
+    if pttl < 0 {
+        -1
+    } else {
+        (pttl + 999) / 1000
+    }
+}
+
+/// TTL `t` prints after `T<exptime>` / `N<exptime>` at `now`.
+fn ttl_from_exptime(exptime: i64, now: i64) -> i64 {
+    match Expiry::from_exptime(exptime, now) {
+        Expiry::Never => -1,
+        Expiry::In(s) => s,
+        Expiry::At(t) => t - now,
+        Expiry::Past => 0,
+    }
+}
+
+pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
+    let flags = &op.flags;
+    let key = &op.key[..];
+    let line = |out: &mut BytesMut, code: &[u8], ret: &MetaReturn| {
+        out.extend_from_slice(code);
+        reply::meta_flags(out, &op.tokens, key, flags.base64, ret);
+        out.extend_from_slice(b"\r\n");
+    };
+    if let Frame::Error(_) = frame {
+        out.extend_from_slice(WriteOutcome::Failed.line());
+        return Outcome::Unknown;
+    }
+    match op.kind {
+        Kind::Get | Kind::GetWithTtl => {
+            let (value, pttl) = match frame {
+                Frame::Bulk(v) => (Some(v), None),
+                Frame::Array(items) => match (items.first(), items.get(1)) {
+                    (Some(Frame::Bulk(v)), Some(Frame::Integer(p))) => (Some(v), Some(*p)),
+                    _ => (None, None),
+                },
+                _ => (None, None),
+            };
+            let Some(item) = value.and_then(encoding::decode) else {
+                if !flags.quiet {
+                    line(out, b"EN", &MetaReturn::default());
+                }
+                return Outcome::Miss;
+            };
+            let ttl = pttl.map(|p| MetaTtl {
+                before: ttl_from_pttl(p),
+                on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
+                on_vivify: None,
+            });
+            let ret = MetaReturn {
+                size: Some(item.data.len() as u64),
+                cas: Some(item.cas),
+                flags: Some(item.flags),
+                ttl,
+            };
+            if flags.value {
+                let mut code = BytesMut::with_capacity(24);
+                code.extend_from_slice(b"VA ");
+                reply::put_u64(&mut code, item.data.len() as u64);
+                line(out, &code, &ret);
+                out.extend_from_slice(&item.data);
+                out.extend_from_slice(b"\r\n");
+            } else {
+                line(out, b"HD", &ret);
+            }
+            Outcome::Hit
+        }
+        Kind::Store(command) => {
+            let (code, outcome): (&[u8], Outcome) = match translate::storage_outcome(command, frame)
+            {
+                WriteOutcome::Stored => (b"HD", Outcome::Done),
+                WriteOutcome::NotStored => (b"NS", Outcome::NotStored),
+                WriteOutcome::Exists => (b"EX", Outcome::Exists),
+                WriteOutcome::NotFound => (b"NF", Outcome::NotFound),
+                _ => {
+                    out.extend_from_slice(WriteOutcome::Failed.line());
+                    return Outcome::Unknown;
+                }
+            };
+            if !(flags.quiet && outcome == Outcome::Done) {
+                let cas = if outcome == Outcome::Done {
+                    op.new_cas
+                } else {
+                    0
+                };
+                let ret = MetaReturn {
+                    cas: Some(cas),
+                    ..MetaReturn::default()
+                };
+                line(out, code, &ret);
+            }
+            outcome
+        }
+        Kind::Delete | Kind::DeleteCas => {
+            let outcome = match (op.kind, frame) {
+                (Kind::Delete, Frame::Integer(0)) | (Kind::DeleteCas, Frame::Integer(0)) => {
+                    Outcome::NotFound
+                }
+                (Kind::DeleteCas, Frame::Integer(1)) => Outcome::Exists,
+                (_, Frame::Integer(_)) => Outcome::Done,
+                _ => {
+                    out.extend_from_slice(WriteOutcome::Failed.line());
+                    return Outcome::Unknown;
+                }
+            };
+            let code: &[u8] = match outcome {
+                Outcome::NotFound => b"NF",
+                Outcome::Exists => b"EX",
+                _ => b"HD",
+            };
+            if !(flags.quiet && outcome == Outcome::Done) {
+                line(out, code, &MetaReturn::default());
+            }
+            outcome
+        }
+        Kind::Arith => {
+            let (status, digits, pttl) = match frame {
+                Frame::Integer(0) => {
+                    line(out, b"NF", &MetaReturn::default());
+                    return Outcome::NotFound;
+                }
+                Frame::Integer(1) => {
+                    line(out, b"EX", &MetaReturn::default());
+                    return Outcome::Exists;
+                }
+                Frame::Integer(-1) => {
+                    out.extend_from_slice(reply::CLIENT_ERROR_NON_NUMERIC);
+                    return Outcome::Error;
+                }
+                Frame::Array(items) => match (items.first(), items.get(1), items.get(2)) {
+                    (
+                        Some(Frame::Integer(status)),
+                        Some(Frame::Bulk(digits)),
+                        Some(Frame::Integer(pttl)),
+                    ) => (*status, digits, *pttl),
+                    _ => {
+                        out.extend_from_slice(WriteOutcome::Failed.line());
+                        return Outcome::Unknown;
+                    }
+                },
+                _ => {
+                    out.extend_from_slice(WriteOutcome::Failed.line());
+                    return Outcome::Unknown;
+                }
+            };
+            let created = status == 3;
+            let outcome = if created {
+                Outcome::Created
+            } else {
+                Outcome::Done
+            };
+            if flags.quiet && !created {
+                return outcome;
+            }
+            let ret = MetaReturn {
+                cas: Some(op.new_cas),
+                ttl: Some(MetaTtl {
+                    before: if created { -1 } else { ttl_from_pttl(pttl) },
+                    on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
+                    on_vivify: flags
+                        .vivify
+                        .filter(|_| created)
+                        .map(|t| ttl_from_exptime(t, op.now)),
+                }),
+                ..MetaReturn::default()
+            };
+            if flags.value {
+                let mut code = BytesMut::with_capacity(24);
+                code.extend_from_slice(b"VA ");
+                reply::put_u64(&mut code, digits.len() as u64);
+                line(out, &code, &ret);
+                out.extend_from_slice(digits);
+                out.extend_from_slice(b"\r\n");
+            } else {
+                line(out, b"HD", &ret);
+            }
+            outcome
+        }
+        Kind::Forwarded => {
+            out.extend_from_slice(WriteOutcome::Failed.line());
+            Outcome::Unknown
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The commands, one module per family; each holds both halves of its
+//! commands: dispatch (a parsed request → backend requests, through the
+//! router) and render (the finished request → reply bytes, counters,
+//! shadow writes).
+//!
+//! * `get`: get/gets/gat/gats, with backfill and compare.
+//! * `storage`: set/add/replace/append/prepend/cas.
+//! * `arith_delete_touch`: incr/decr, delete, touch.
+//! * `write`: the outcome of those single-key writes (shared render).
+//! * `meta`: mg/ms/md/ma/mn.
+//! * `flush`: flush_all.
+//! * `info`: version/verbosity/stats/quit.
+//! * `shadow`: which shadow write follows a write's outcome.
+
+mod arith_delete_touch;
+mod flush;
+mod get;
+mod info;
+mod meta;
+mod shadow;
+mod storage;
+mod write;
+
+use bytes::Bytes;
+use memshift_protocol::memcache::Request;
+use tokio::time::Instant;
+
+use super::pending::{Op, Pending};
+use super::Session;
+use crate::router::{ReplyShape, Routes, Target};
+
+pub(super) use meta::{oversize_meta_set_key, MetaOp};
+pub(super) use storage::oversize_set_key;
+
+/// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
+const CMD_BUF_CHUNK: usize = 4 * 1024;
+const CMD_BUF_LOW: usize = 512;
+
+/// Where a request's backend replies go (its sequence number) and until
+/// when they are awaited.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
+    seq: u64,
+    deadline: Instant,
+}
+
+impl Session {
+    pub(super) fn dispatch(&mut self, request: Request<Bytes>, now: Instant) {
+        let routes = self.proxy.router.load();
+        let tag = Tag {
+            seq: self.next_seq(),
+            deadline: now + routes.redis().request_timeout,
+        };
+        if !info::answered_here(&request) {
+            self.reserve_command_room();
+        }
+        match request {
+            Request::Retrieval {
+                command,
+                exptime,
+                keys,
+            } => self.dispatch_get(&routes, tag, command, exptime, keys),
+            Request::Storage {
+                command,
+                key,
+                flags,
+                exptime,
+                cas,
+                data,
+                noreply,
+            } => self.dispatch_storage(
+                &routes, tag, command, key, flags, exptime, cas, data, noreply,
+            ),
+            Request::Arith {
+                command,
+                key,
+                delta,
+                noreply,
+            } => self.dispatch_arith(&routes, tag, command, key, delta, noreply),
+            Request::Delete { key, noreply } => self.dispatch_delete(&routes, tag, key, noreply),
+            Request::Touch {
+                key,
+                exptime,
+                noreply,
+            } => self.dispatch_touch(&routes, tag, key, exptime, noreply),
+            Request::FlushAll { delay, noreply } => {
+                self.dispatch_flush(&routes, tag, delay, noreply)
+            }
+            Request::Version => self.dispatch_version(),
+            Request::Verbosity { noreply } => self.dispatch_verbosity(noreply),
+            Request::Stats { group } => self.dispatch_stats(group.as_deref()),
+            Request::Quit => self.push_ready(Op::Close),
+            Request::MetaNoop => self.dispatch_meta_noop(),
+            Request::Meta {
+                command,
+                key,
+                tokens,
+                data,
+                flags,
+            } => self.dispatch_meta(&routes, tag, command, key, tokens, data, flags),
+        }
+    }
+
+    pub(super) fn render(&mut self, pending: Pending) {
+        match pending.op {
+            Op::Ready(line) => self.wbuf.extend_from_slice(line),
+            Op::ReadyBytes(bytes) => self.wbuf.extend_from_slice(&bytes),
+            Op::Silent | Op::Close => {}
+            Op::Retrieval(retrieval) => self.render_get(retrieval, &pending.results),
+            Op::Write(write) => self.render_write(write, &pending.results),
+            Op::Meta(op) => self.render_meta(*op, &pending.results),
+            Op::FlushAll { noreply } => self.render_flush(noreply, &pending.results),
+        }
+    }
+
+    /// Commands are split off `cmd_buf` as they are sent; keeping spare
+    /// room means one allocation per many requests, not one per request.
+    fn reserve_command_room(&mut self) {
+        if self.cmd_buf.capacity() - self.cmd_buf.len() < CMD_BUF_LOW {
+            if self.cmd_buf.capacity() == 0 {
+                self.cmd_buf =
+                    super::pool::take_buffer(super::pool::Buffer::Command, CMD_BUF_CHUNK);
+            } else {
+                self.cmd_buf.reserve(CMD_BUF_CHUNK);
+            }
+        }
+    }
+
+    /// Send the command in `cmd_buf` to `target`; its reply is part `part`
+    /// of request `seq`.
+    fn send(&mut self, routes: &Routes, target: Target, shape: ReplyShape, seq: u64, part: u32) {
+        let cmd = self.cmd_buf.split().freeze();
+        let reply = self.reply_to(seq, part);
+        routes.send(target, self.lane, cmd, shape, reply);
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,119 @@
+//! set, add, replace, append, prepend, cas (their replies: `write`), and
+//! the quiet delete that follows a refused oversize `set`.
+
+use bytes::Bytes;
+use memshift_protocol::memcache::{client, ParseLimits, StorageCommand};
+
+use super::super::pending::{Op, WriteKind};
+use super::super::Session;
+use super::shadow::Change;
+use super::write::single_key_write;
+use super::{unix_now, Tag};
+use crate::redis::translate::{self, Expiry};
+use crate::router::{ReplyShape, Routes, Target};
+use crate::stats::bump;
+
+impl Session {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dispatch_storage(
+        &mut self,
+        routes: &Routes,
+        tag: Tag,
+        command: StorageCommand,
+        key: Bytes,
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+        data: Bytes,
+        noreply: bool,
+    ) {
+        bump(&self.proxy.stats.cmd_set);
+        let route = routes.route(&key);
+        match route.primary {
+            Target::Memcached { .. } => {
+                let encoded = if command == StorageCommand::Cas {
+                    client::cas(&mut self.cmd_buf, &key, flags, exptime, &data, cas, false)
+                } else {
+                    client::storage(
+                        &mut self.cmd_buf,
+                        command,
+                        &key,
+                        flags,
+                        exptime,
+                        &data,
+                        false,
+                    )
+                };
+                if encoded.is_err() {
+                    self.push_ready(Op::Ready(b"CLIENT_ERROR bad command line format\r\n"));
+                    return;
+                }
+            }
+            Target::Redis { .. } => {
+                let expiry = Expiry::from_exptime(exptime, unix_now());
+                let new_cas = self.cas.next_cas();
+                let buf = &mut self.cmd_buf;
+                match command {
+                    StorageCommand::Set | StorageCommand::Add | StorageCommand::Replace => {
+                        translate::store(buf, command, &key, flags, new_cas, &data, expiry)
+                    }
+                    StorageCommand::Cas => {
+                        translate::compare_and_swap(buf, &key, cas, flags, new_cas, &data, expiry)
+                    }
+                    StorageCommand::Append | StorageCommand::Prepend => translate::concat(
+                        buf,
+                        &key,
+                        command == StorageCommand::Append,
+                        new_cas,
+                        &data,
+                        // memcached's limit for the combined item (the
+                        // script takes 4 more off for non-zero flags).
+                        self.proxy.settings.load().limits.max_data_len(key.len(), 0),
+                        None,
+                    ),
+                }
+            }
+        }
+        self.send(routes, route.primary, ReplyShape::Line, tag.seq, 0);
+        let kind = WriteKind::Storage(command);
+        let write = single_key_write(kind, route, noreply, key, flags, exptime, data);
+        self.push_waiting(Op::Write(write), 1, tag.deadline);
+    }
+
+    /// Delete `key` on its primary (and shadow) without a reply to the
+    /// client: the side effect of a refused oversize `set` or `ms`.
+    pub(in crate::session) fn delete_quietly(&mut self, key: Bytes) {
+        let routes = self.proxy.router.load();
+        let route = routes.route(&key);
+        if self.encode_delete(route.primary, &key) {
+            // A sequence number no request has: the reply is dropped.
+            self.send(&routes, route.primary, ReplyShape::Line, u64::MAX, 0);
+        }
+        if let Some(side) = route.shadow {
+            self.shadow(side, key, Change::Unknown);
+        }
+    }
+}
+
+/// memcached drops the old value when it refuses a `set` as too large (so a
+/// stale value does not outlive a failed overwrite): the key of such a set.
+pub(in crate::session) fn oversize_set_key<'a>(
+    input: &'a [u8],
+    limits: &ParseLimits,
+) -> Option<&'a [u8]> {
+    let line = input.split(|&b| b == b'\n').next()?;
+    let mut tokens = line
+        .split(|&b| b == b' ' || b == b'\r')
+        .filter(|t| !t.is_empty());
+    if tokens.next()? != b"set" {
+        return None;
+    }
+    let key = tokens.next()?;
+    let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+    let flags = u32::try_from(number(tokens.next()?)?).ok()?;
+    let _exptime = tokens.next()?;
+    let length = usize::try_from(number(tokens.next()?)?).ok()?;
+    let too_large = key.len() <= memshift_protocol::memcache::MAX_KEY_LEN
+        && length > limits.max_data_len(key.len(), flags);
+    too_large.then_some(key)
+}
