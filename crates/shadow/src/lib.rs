@@ -41,6 +41,7 @@ pub mod rollback;
 pub use breaker::{Breaker, BreakerSettings};
 pub use canary::{is_canary, CanarySplit};
 pub use compare::{compare, CompareResult, CompareSampler, MismatchLogger};
+pub use memshift_pipeline::BackendError;
 pub use op::{unix_now, Expiry, ShadowOp};
 pub use pool::{DumpEntry, Item, LegacyPool, MetaItem, Placement, PoolSettings, Route};
 pub use queue::{

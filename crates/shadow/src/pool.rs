@@ -14,17 +14,18 @@
 //! of the key), so requests for one key from one caller stay in order.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::client::{self as enc, parse_reply, MetaStatus, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::connection::{self, ConnectionSettings};
+use memshift_pipeline::{BackendError, Pipeline, Request};
+
+use crate::connection::{MemcachedCodec, MemcachedConnector};
 use crate::op::{unix_now, ShadowOp};
 use crate::queue::{ApplyFuture, ShadowSink};
 use crate::reply::{
@@ -105,22 +106,21 @@ pub enum Route<'a> {
     Server(usize),
 }
 
-struct Server<T> {
+struct Server<T: From<TaggedReply> + Send + 'static> {
     addr: String,
-    conns: Vec<mpsc::Sender<LegacyRequest<T>>>,
-    up: Vec<Arc<AtomicBool>>,
+    conns: Vec<Pipeline<MemcachedCodec<T>>>,
 }
 
 /// The legacy pool. Dropping it stops its connection tasks. Share it as
 /// `Arc<LegacyPool<T>>`; `T` is the message type of sessions' reply
 /// channels (see [`ReplyTo::Tagged`]).
-pub struct LegacyPool<T = TaggedReply> {
+pub struct LegacyPool<T: From<TaggedReply> + Send + 'static = TaggedReply> {
     servers: Vec<Server<T>>,
     placement: Placement,
     settings: PoolSettings,
 }
 
-impl<T> std::fmt::Debug for LegacyPool<T> {
+impl<T: From<TaggedReply> + Send + 'static> std::fmt::Debug for LegacyPool<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LegacyPool")
             .field(
@@ -143,21 +143,20 @@ where
         let servers = servers
             .into_iter()
             .map(|addr| {
-                let mut conns = Vec::with_capacity(per_server);
-                let mut up = Vec::with_capacity(per_server);
-                for _ in 0..per_server {
-                    let (tx, rx) = mpsc::channel(settings.queue_depth.max(1));
-                    let flag = Arc::new(AtomicBool::new(false));
-                    let conn = ConnectionSettings {
-                        addr: addr.clone(),
-                        timeout: settings.timeout,
-                        connect_timeout: settings.connect_timeout,
-                    };
-                    tokio::spawn(connection::run(conn, rx, flag.clone()));
-                    conns.push(tx);
-                    up.push(flag);
-                }
-                Server { addr, conns, up }
+                let engine = memshift_pipeline::Settings {
+                    timeout: settings.timeout,
+                    connect_timeout: settings.connect_timeout,
+                };
+                let conns = (0..per_server)
+                    .map(|_| {
+                        let connector = MemcachedConnector {
+                            addr: addr.clone(),
+                            reply: PhantomData,
+                        };
+                        Pipeline::start(connector, engine, settings.queue_depth)
+                    })
+                    .collect();
+                Server { addr, conns }
             })
             .collect();
         LegacyPool {
@@ -196,7 +195,7 @@ where
     pub fn is_up(&self, server: usize) -> bool {
         self.servers
             .get(server)
-            .is_some_and(|s| s.up.iter().any(|u| u.load(Ordering::Relaxed)))
+            .is_some_and(|s| s.conns.iter().any(Pipeline::is_up))
     }
 
     /// True when every server is up (an empty pool is not).
@@ -216,13 +215,18 @@ where
             req.reply.send(Err(LegacyError::NoSuchServer(server)));
             return;
         };
-        if let Err(e) = conn.try_send(req) {
-            let (req, err) = match e {
-                mpsc::error::TrySendError::Full(r) => (r, LegacyError::Busy),
-                mpsc::error::TrySendError::Closed(r) => (r, LegacyError::Unavailable),
-            };
-            req.reply.send(Err(err));
+        // A noreply request would shift every later reply onto the wrong
+        // request: refuse it before it is queued.
+        if let Err(e) = req.check() {
+            req.reply.send(Err(e));
+            return;
         }
+        // A refusal (full queue, stopped connection) was answered already.
+        let _ = conn.send(Request {
+            bytes: req.bytes,
+            expect: req.shape,
+            caller: req.reply,
+        });
     }
 
     /// Queue `req` on the server and connection of `key`.
@@ -263,8 +267,8 @@ where
         async move {
             match tokio::time::timeout(backstop, rx).await {
                 Ok(Ok(result)) => result,
-                Ok(Err(_)) => Err(LegacyError::ConnectionLost),
-                Err(_) => Err(LegacyError::Timeout),
+                Ok(Err(_)) => Err(BackendError::ConnectionLost.into()),
+                Err(_) => Err(BackendError::Timeout.into()),
             }
         }
     }
@@ -333,8 +337,8 @@ where
         for rx in pending {
             let reply = match tokio::time::timeout(backstop, rx).await {
                 Ok(Ok(result)) => result?,
-                Ok(Err(_)) => return Err(LegacyError::ConnectionLost),
-                Err(_) => return Err(LegacyError::Timeout),
+                Ok(Err(_)) => return Err(BackendError::ConnectionLost.into()),
+                Err(_) => return Err(BackendError::Timeout.into()),
             };
             reply.check_error()?;
             items.extend(reply.items());
@@ -546,15 +550,15 @@ async fn metadump(
         let mut stream =
             match tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => s,
-                Ok(Err(_)) => return Err(LegacyError::Unavailable),
-                Err(_) => return Err(LegacyError::Timeout),
+                Ok(Err(_)) => return Err(BackendError::Unavailable.into()),
+                Err(_) => return Err(BackendError::Timeout.into()),
             };
         let mut cmd = BytesMut::new();
         enc::lru_crawler_metadump_all(&mut cmd);
         stream
             .write_all(&cmd)
             .await
-            .map_err(|_| LegacyError::ConnectionLost)?;
+            .map_err(|_| BackendError::ConnectionLost)?;
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let mut key = Vec::with_capacity(256);
         loop {
@@ -598,10 +602,10 @@ async fn metadump(
             }
             buf.reserve(16 * 1024);
             match tokio::time::timeout(idle, stream.read_buf(&mut buf)).await {
-                Ok(Ok(0)) => return Err(LegacyError::ConnectionLost),
+                Ok(Ok(0)) => return Err(BackendError::ConnectionLost.into()),
                 Ok(Ok(_)) => {}
-                Ok(Err(_)) => return Err(LegacyError::ConnectionLost),
-                Err(_) => return Err(LegacyError::Timeout),
+                Ok(Err(_)) => return Err(BackendError::ConnectionLost.into()),
+                Err(_) => return Err(BackendError::Timeout.into()),
             }
         }
         attempt += 1;
@@ -611,10 +615,12 @@ async fn metadump(
 
 fn shadow_error(e: LegacyError) -> ShadowError {
     match e {
-        LegacyError::Unavailable | LegacyError::NoSuchServer(_) => ShadowError::Unavailable,
-        LegacyError::Timeout => ShadowError::Timeout,
-        LegacyError::ConnectionLost => ShadowError::ConnectionLost,
-        LegacyError::Busy | LegacyError::CrawlerBusy => ShadowError::Busy,
+        LegacyError::Backend(BackendError::Unavailable) | LegacyError::NoSuchServer(_) => {
+            ShadowError::Unavailable
+        }
+        LegacyError::Backend(BackendError::Timeout) => ShadowError::Timeout,
+        LegacyError::Backend(BackendError::ConnectionLost) => ShadowError::ConnectionLost,
+        LegacyError::Backend(BackendError::Busy) | LegacyError::CrawlerBusy => ShadowError::Busy,
         LegacyError::Protocol(p) => ShadowError::Protocol(p),
         LegacyError::BadKey(_) | LegacyError::BadRequest(_) | LegacyError::Server(_) => {
             ShadowError::Rejected(e.to_string())

@@ -1,6 +1,7 @@
 //! Requests to and replies from the legacy pool, and its errors.
 
 use bytes::Bytes;
+use memshift_pipeline::BackendError;
 use memshift_protocol::memcache::client::{parse_reply, EncodeError, ReplyError, Response};
 use tokio::sync::{mpsc, oneshot};
 
@@ -19,21 +20,24 @@ pub enum ReplyShape {
     UntilEnd,
 }
 
+/// The names the proxy's sessions use for the same two shapes.
+#[allow(non_upper_case_globals)]
+impl ReplyShape {
+    /// One line (STORED, DELETED, a number, an error…).
+    pub const Line: ReplyShape = ReplyShape::Single;
+    /// A meta reply (`VA` + data, `EN`, `HD`…).
+    pub const Meta: ReplyShape = ReplyShape::Single;
+    /// VALUE blocks until END (get/gets/gat/gats).
+    pub const Values: ReplyShape = ReplyShape::UntilEnd;
+}
+
 /// Why a request got no reply from the legacy pool.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LegacyError {
-    /// The server is not connected (down, or reconnecting).
-    #[error("memcached server unavailable")]
-    Unavailable,
-    /// No reply within the timeout; the connection was reset.
-    #[error("memcached server timed out")]
-    Timeout,
-    /// The connection broke while the request was in flight.
-    #[error("memcached connection lost")]
-    ConnectionLost,
-    /// The connection's request queue is full.
-    #[error("memcached connection busy")]
-    Busy,
+    /// No reply from the server: unavailable, timed out, connection lost
+    /// or busy (the same errors, reply lines and labels as the Redis side).
+    #[error("memcached {0}")]
+    Backend(#[from] BackendError),
     #[error("no memcached server #{0}")]
     NoSuchServer(usize),
     /// The request would not be understood as meant (bad key, `noreply`).
@@ -58,9 +62,8 @@ impl LegacyError {
     /// Label for `memshift_backend_errors_total{kind}`.
     pub fn kind(&self) -> &'static str {
         match self {
-            LegacyError::Unavailable | LegacyError::ConnectionLost => "connection",
-            LegacyError::Timeout => "timeout",
-            LegacyError::Busy | LegacyError::CrawlerBusy => "busy",
+            LegacyError::Backend(e) => e.kind(),
+            LegacyError::CrawlerBusy => "busy",
             LegacyError::NoSuchServer(_) | LegacyError::BadRequest(_) | LegacyError::BadKey(_) => {
                 "request"
             }
@@ -72,16 +75,13 @@ impl LegacyError {
     /// The line a client gets for this error.
     pub fn reply_line(&self) -> &'static [u8] {
         match self {
-            LegacyError::Timeout => b"SERVER_ERROR backend timeout\r\n",
-            LegacyError::ConnectionLost => b"SERVER_ERROR backend connection lost\r\n",
-            LegacyError::Busy | LegacyError::CrawlerBusy => b"SERVER_ERROR backend busy\r\n",
+            LegacyError::Backend(e) => e.reply_line(),
+            LegacyError::CrawlerBusy => b"SERVER_ERROR backend busy\r\n",
             LegacyError::BadKey(_) | LegacyError::BadRequest(_) => {
                 b"CLIENT_ERROR bad command line format\r\n"
             }
             LegacyError::Protocol(_) | LegacyError::Server(_) => b"SERVER_ERROR backend error\r\n",
-            LegacyError::Unavailable | LegacyError::NoSuchServer(_) => {
-                b"SERVER_ERROR backend unavailable\r\n"
-            }
+            LegacyError::NoSuchServer(_) => b"SERVER_ERROR backend unavailable\r\n",
         }
     }
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{bounded, single, wait_up, Memcached};
 use memshift_shadow::{
-    unix_now, Expiry, LegacyError, LegacyPool, LegacyRequest, QueueSettings, ReplyShape, ReplyTo,
-    Route, ShadowOp, ShadowQueue, TaggedReply,
+    unix_now, BackendError, Expiry, LegacyError, LegacyPool, LegacyRequest, QueueSettings,
+    ReplyShape, ReplyTo, Route, ShadowOp, ShadowQueue, TaggedReply,
 };
 use tokio::sync::mpsc;
 
@@ -363,7 +363,10 @@ async fn killed_server_fails_fast_and_recovers_without_a_new_pool() {
             let started = Instant::now();
             let err = pool.get(b"k").await.expect_err("server is down");
             assert!(
-                matches!(err, LegacyError::Unavailable | LegacyError::ConnectionLost),
+                matches!(
+                    err,
+                    LegacyError::Backend(BackendError::Unavailable | BackendError::ConnectionLost)
+                ),
                 "{err:?}"
             );
             assert!(
@@ -410,7 +413,7 @@ async fn stopped_server_times_out_then_recovers() {
         let results = futures_join(gets.into()).await;
         let took = started.elapsed();
         for r in results {
-            assert_eq!(r, Err(LegacyError::Timeout));
+            assert_eq!(r, Err(LegacyError::Backend(BackendError::Timeout)));
         }
         assert!(took >= Duration::from_millis(200), "{took:?}");
         assert!(took < Duration::from_millis(1500), "{took:?}");
@@ -426,7 +429,7 @@ async fn stopped_server_times_out_then_recovers() {
         for _ in 0..10 {
             let started = Instant::now();
             match pool.get(b"k").await {
-                Err(LegacyError::Unavailable) => {}
+                Err(LegacyError::Backend(BackendError::Unavailable)) => {}
                 other => panic!("unexpected {other:?}"),
             }
             // At worst it waited for one handshake attempt (200 ms).

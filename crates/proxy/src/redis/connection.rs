@@ -1,30 +1,24 @@
-//! One long-lived, pipelined connection to a Redis shard, shared by every
-//! session that routes to it.
-//!
-//! Sessions send encoded commands through a bounded channel. A writer
-//! coalesces whatever is queued into one socket write and records each
-//! command's reply slot in FIFO order; a reader parses replies and completes
-//! the slots in the same order. When the connection breaks, every request in
-//! flight gets an error (never a reply meant for another request) and the
-//! supervisor reconnects with backoff, failing new requests fast meanwhile.
+//! The Redis side of a pipelined shard connection: connecting (TLS,
+//! `AUTH`, `SCRIPT LOAD`), reply framing (one RESP frame per request),
+//! `NOSCRIPT` (load the scripts, re-send), and the shard's logs and metrics.
+//! Batching, FIFO slots, timeouts and reconnecting are the shared engine's
+//! ([`memshift_pipeline`]).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use bytes::{Bytes, BytesMut};
-use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use bytes::BytesMut;
+use memshift_pipeline::{
+    BackendError, Broken, Codec, ConnectError, Connector, DecodeError, Delivery, Event,
+};
+use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
-use super::{scripts, BackendError, BackendRequest, ReplyTo};
+use super::{scripts, ReplyTo};
 use crate::metrics::{ErrorKind, ShardMetrics};
 use crate::tls::ShardTls;
 
@@ -41,93 +35,40 @@ pub struct ConnectionSettings {
     pub tls: Option<ShardTls>,
 }
 
-/// Largest batch the writer puts into one write.
-const MAX_BATCH_BYTES: usize = 256 * 1024;
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
-
-/// A reply slot in FIFO order. `Discard` is for replies the connection asked
-/// for itself (reloading scripts).
-enum Slot {
-    Client { reply: ReplyTo, cmd: Bytes },
-    Discard,
-}
-
-struct InFlight {
-    slot: Slot,
-    sent: Instant,
-}
-
-/// Shared between the writer and reader of one connection only.
-type Queue = Arc<Mutex<VecDeque<InFlight>>>;
-
-/// Runs one connection until every sender is gone (its shard was removed
-/// from the config, or the process is stopping); requests already in flight
-/// are answered first.
-pub async fn run(
-    settings: ConnectionSettings,
-    mut rx: mpsc::Receiver<BackendRequest>,
-    up: Arc<AtomicBool>,
-    metrics: ShardMetrics,
-) {
-    let mut backoff = BACKOFF_MIN;
-    let mut logged_down = false;
-    loop {
-        match connect(&settings).await {
-            Ok(stream) => {
-                up.store(true, Ordering::Relaxed);
-                metrics.set_up(true);
-                tracing::info!(shard = %settings.addr, "redis shard connected");
-                logged_down = false;
-                backoff = BACKOFF_MIN;
-                let ended = serve(stream, &settings, &mut rx, &metrics).await;
-                up.store(false, Ordering::Relaxed);
-                metrics.set_up(false);
-                match ended {
-                    Ended::Closed => return,
-                    Ended::Broken(why) => {
-                        tracing::warn!(shard = %settings.addr, reason = %why, "redis shard connection lost")
-                    }
-                }
-            }
-            Err(why) => {
-                up.store(false, Ordering::Relaxed);
-                metrics.set_up(false);
-                metrics.error(ErrorKind::Connection);
-                if !logged_down {
-                    tracing::warn!(shard = %settings.addr, reason = %why, "redis shard unreachable");
-                    logged_down = true;
-                }
-            }
+impl ConnectionSettings {
+    pub(super) fn engine(&self) -> memshift_pipeline::Settings {
+        memshift_pipeline::Settings {
+            timeout: self.timeout,
+            connect_timeout: self.connect_timeout,
         }
-        // Down: fail requests fast until the next attempt.
-        let retry_at = tokio::time::Instant::now() + backoff;
-        loop {
-            tokio::select! {
-                req = rx.recv() => match req {
-                    Some(req) => {
-                        metrics.error(ErrorKind::Connection);
-                        req.reply.send(Err(BackendError::Unavailable));
-                    }
-                    None => return,
-                },
-                _ = tokio::time::sleep_until(retry_at) => break,
-            }
-        }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
-/// Open, authenticate and load the scripts.
-async fn connect(settings: &ConnectionSettings) -> Result<ShardStream, String> {
-    let work = async {
+/// Opens connections to one shard.
+pub(super) struct RedisConnector {
+    pub settings: ConnectionSettings,
+    pub metrics: ShardMetrics,
+}
+
+impl Connector for RedisConnector {
+    type Codec = RedisCodec;
+    type Reader = ShardReader;
+    type Writer = ShardWriter;
+
+    /// Open, authenticate and load the scripts.
+    async fn connect(&self) -> Result<(ShardReader, ShardWriter), ConnectError> {
+        let settings = &self.settings;
         let tcp = TcpStream::connect(&settings.addr)
             .await
-            .map_err(|e| format!("connect: {e}"))?;
-        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+            .map_err(ConnectError::Connect)?;
+        tcp.set_nodelay(true).map_err(ConnectError::NoDelay)?;
         let mut stream = match &settings.tls {
             None => ShardStream::Plain(tcp),
-            Some(tls) => ShardStream::Tls(Box::new(crate::tls::connect_shard(tls, tcp).await?)),
+            Some(tls) => ShardStream::Tls(Box::new(
+                crate::tls::connect_shard(tls, tcp)
+                    .await
+                    .map_err(ConnectError::Tls)?,
+            )),
         };
         let mut out = BytesMut::new();
         let mut expected = 0usize;
@@ -140,271 +81,142 @@ async fn connect(settings: &ConnectionSettings) -> Result<ShardStream, String> {
             }
             expected += 1;
         }
-        for script in scripts::all() {
-            encode_command(&mut out, &[b"SCRIPT", b"LOAD", script.body.as_bytes()]);
-            expected += 1;
-        }
-        stream
-            .write_all(&out)
-            .await
-            .map_err(|e| format!("write: {e}"))?;
-        stream.flush().await.map_err(|e| format!("write: {e}"))?;
+        expected += load_scripts(&mut out);
+        stream.write_all(&out).await.map_err(ConnectError::Write)?;
+        stream.flush().await.map_err(ConnectError::Write)?;
         let mut parser = ReplyParser::new();
         let mut buf = BytesMut::with_capacity(4096);
-        let mut replies = Vec::with_capacity(expected);
-        while replies.len() < expected {
+        let mut answered = 0;
+        let mut refused = None;
+        while answered < expected {
             match parser.parse(&mut buf) {
-                Ok(Some(frame)) => replies.push(frame),
+                Ok(Some(frame)) => {
+                    answered += 1;
+                    if let (Frame::Error(e), None) = (frame, &refused) {
+                        refused = Some(String::from_utf8_lossy(&e).into_owned());
+                    }
+                }
                 Ok(None) => {
                     let n = stream
                         .read_buf(&mut buf)
                         .await
-                        .map_err(|e| format!("read: {e}"))?;
+                        .map_err(ConnectError::Read)?;
                     if n == 0 {
-                        return Err("closed during handshake".to_string());
+                        return Err(ConnectError::Closed);
                     }
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(ConnectError::Handshake(e.to_string())),
             }
         }
-        for frame in &replies {
-            if let Frame::Error(e) = frame {
-                return Err(format!("handshake: {}", String::from_utf8_lossy(e)));
-            }
+        match refused {
+            Some(e) => Err(ConnectError::Handshake(e)),
+            None => Ok(stream.into_split()),
         }
-        Ok(stream)
-    };
-    match tokio::time::timeout(settings.connect_timeout, work).await {
-        Ok(result) => result,
-        Err(_) => Err("connect timeout".to_string()),
     }
-}
 
-enum Ended {
-    /// Every sender is gone and nothing is in flight.
-    Closed,
-    Broken(String),
-}
+    fn codec(&self) -> RedisCodec {
+        RedisCodec {
+            parser: ReplyParser::new(),
+            metrics: self.metrics.clone(),
+        }
+    }
 
-async fn serve(
-    stream: ShardStream,
-    settings: &ConnectionSettings,
-    rx: &mut mpsc::Receiver<BackendRequest>,
-    metrics: &ShardMetrics,
-) -> Ended {
-    let (rd, mut wr) = stream.into_split();
-    let queue: Queue = Arc::new(Mutex::new(VecDeque::with_capacity(1024)));
-    // The reader tells the writer to re-send commands that met NOSCRIPT.
-    let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<(ReplyTo, Bytes)>();
-    let mut reader = tokio::spawn(read_loop(
-        rd,
-        queue.clone(),
-        retry_tx,
-        settings.timeout,
-        metrics.clone(),
-    ));
-    let mut wbuf = BytesMut::with_capacity(16 * 1024);
-
-    let ended = loop {
-        tokio::select! {
-            biased;
-            res = &mut reader => {
-                break Ended::Broken(match res {
-                    Ok(why) => why,
-                    Err(e) => format!("reader task: {e}"),
-                });
+    fn event(&self, event: Event<'_>) {
+        let addr = &self.settings.addr;
+        match event {
+            Event::Connected { .. } => {
+                self.metrics.set_up(true);
+                tracing::info!(shard = %addr, "redis shard connected");
             }
-            retry = retry_rx.recv() => {
-                if let Some((reply, cmd)) = retry {
-                    let now = Instant::now();
-                    let mut q = lock(&queue);
-                    for script in scripts::all() {
-                        encode_command(&mut wbuf, &[b"SCRIPT", b"LOAD", script.body.as_bytes()]);
-                        q.push_back(InFlight { slot: Slot::Discard, sent: now });
-                    }
-                    wbuf.extend_from_slice(&cmd);
-                    q.push_back(InFlight { slot: Slot::Client { reply, cmd }, sent: now });
+            Event::Unreachable { why, first } => {
+                self.metrics.set_up(false);
+                self.metrics.error(ErrorKind::Connection);
+                if first {
+                    tracing::warn!(shard = %addr, reason = %why, "redis shard unreachable");
                 }
             }
-            req = rx.recv() => {
-                let Some(req) = req else {
-                    break drain(&mut reader, &queue, settings.timeout).await;
-                };
-                let now = Instant::now();
-                push(&mut wbuf, &mut lock(&queue), req, now);
-                // Let the other sessions that are ready in this scheduler
-                // pass queue their requests too, so they go out in this same
-                // write: without it, unpipelined clients cost one send() and
-                // one Redis wake-up each (measured: 1.77x the throughput).
-                tokio::task::yield_now().await;
-                let mut q = lock(&queue);
-                while wbuf.len() < MAX_BATCH_BYTES {
-                    match rx.try_recv() {
-                        Ok(req) => push(&mut wbuf, &mut q, req, now),
-                        Err(_) => break,
-                    }
+            Event::Lost { why, failed } => {
+                self.metrics.set_up(false);
+                if let Broken::Protocol(_) = why {
+                    self.metrics.error(ErrorKind::Protocol);
                 }
+                if failed > 0 {
+                    self.metrics.error(match why.request_error() {
+                        BackendError::Timeout => ErrorKind::Timeout,
+                        _ => ErrorKind::Connection,
+                    });
+                }
+                tracing::warn!(shard = %addr, reason = %why, "redis shard connection lost");
             }
-        }
-        if !wbuf.is_empty() {
-            if let Err(e) = wr.write_all(&wbuf).await {
-                break Ended::Broken(format!("write: {e}"));
-            }
-            // TLS may keep the tail of the batch buffered; a no-op on TCP.
-            if let Err(e) = wr.flush().await {
-                break Ended::Broken(format!("write: {e}"));
-            }
-            wbuf.clear();
-        }
-    };
-    reader.abort();
-    let _ = shutdown_write(&mut wr).await;
-    let failed = fail_all(&queue, BackendError::ConnectionLost);
-    if failed > 0 {
-        metrics.error(
-            if matches!(&ended, Ended::Broken(why) if why.starts_with("no reply")) {
-                ErrorKind::Timeout
-            } else {
-                ErrorKind::Connection
-            },
-        );
-    }
-    ended
-}
-
-/// No more requests will come: wait for the replies still owed (bounded by
-/// the request timeout), then close.
-async fn drain(
-    reader: &mut tokio::task::JoinHandle<String>,
-    queue: &Queue,
-    timeout: Duration,
-) -> Ended {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !lock(queue).is_empty() {
-        if reader.is_finished() || tokio::time::Instant::now() >= deadline {
-            return Ended::Broken("closed with replies outstanding".to_string());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    Ended::Closed
-}
-
-async fn shutdown_write(wr: &mut ShardWriter) -> std::io::Result<()> {
-    wr.shutdown().await
-}
-
-fn push(wbuf: &mut BytesMut, q: &mut VecDeque<InFlight>, req: BackendRequest, now: Instant) {
-    wbuf.extend_from_slice(&req.cmd);
-    q.push_back(InFlight {
-        slot: Slot::Client {
-            reply: req.reply,
-            cmd: req.cmd,
-        },
-        sent: now,
-    });
-}
-
-fn lock(queue: &Queue) -> std::sync::MutexGuard<'_, VecDeque<InFlight>> {
-    // A poisoned lock only means another task panicked mid-push; the queue
-    // itself is still consistent, so keep going.
-    queue.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Fail every request in flight; returns how many there were.
-fn fail_all(queue: &Queue, err: BackendError) -> usize {
-    let drained: Vec<InFlight> = lock(queue).drain(..).collect();
-    let mut failed = 0;
-    for inflight in drained {
-        if let Slot::Client { reply, .. } = inflight.slot {
-            reply.send(Err(err));
-            failed += 1;
+            Event::RefusedWhileDown => self.metrics.error(ErrorKind::Connection),
+            Event::Stopped => self.metrics.set_up(false),
         }
     }
-    failed
 }
 
-/// Parse replies and complete slots in order. Returns why it stopped.
-async fn read_loop(
-    mut rd: ShardReader,
-    queue: Queue,
-    retry: mpsc::UnboundedSender<(ReplyTo, Bytes)>,
-    timeout: Duration,
+/// `SCRIPT LOAD` of every script; returns how many replies that asks for.
+fn load_scripts(out: &mut BytesMut) -> usize {
+    for script in scripts::all() {
+        encode_command(out, &[b"SCRIPT", b"LOAD", script.body.as_bytes()]);
+    }
+    scripts::all().len()
+}
+
+/// One RESP frame per request.
+pub(super) struct RedisCodec {
+    parser: ReplyParser,
     metrics: ShardMetrics,
-) -> String {
-    let mut buf = BytesMut::with_capacity(16 * 1024);
-    let mut parser = ReplyParser::new();
-    // Wake up now and then to notice a shard that stopped answering.
-    let tick = (timeout / 2).max(Duration::from_millis(10));
-    loop {
-        loop {
-            match parser.parse(&mut buf) {
-                Ok(Some(frame)) => {
-                    let front = lock(&queue).pop_front();
-                    let Some(inflight) = front else {
-                        return "reply without a request".to_string();
-                    };
-                    match inflight.slot {
-                        Slot::Discard => {}
-                        Slot::Client { reply, cmd } => {
-                            if is_noscript(&frame) {
-                                if retry.send((reply, cmd)).is_err() {
-                                    return "writer gone".to_string();
-                                }
-                            } else {
-                                if matches!(frame, Frame::Error(_)) {
-                                    metrics.error(ErrorKind::Server);
-                                }
-                                reply.send(Ok(frame));
-                            }
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    metrics.error(ErrorKind::Protocol);
-                    return format!("protocol: {e}");
-                }
-            }
-        }
-        match tokio::time::timeout(tick, rd.read_buf(&mut buf)).await {
-            Ok(Ok(0)) => return "closed by redis".to_string(),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return format!("read: {e}"),
-            Err(_) => {
-                let stuck = lock(&queue)
-                    .front()
-                    .is_some_and(|f| f.sent.elapsed() > timeout);
-                if stuck {
-                    return format!("no reply within {} ms", timeout.as_millis());
-                }
-            }
-        }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 * 1024);
-        }
-    }
 }
 
-fn is_noscript(frame: &Frame) -> bool {
-    matches!(frame, Frame::Error(e) if e.starts_with(b"NOSCRIPT"))
+impl Codec for RedisCodec {
+    type Expect = ();
+    type Caller = ReplyTo;
+    type Reply = Frame;
+
+    fn decode(&mut self, buf: &mut BytesMut, _: ()) -> Result<Option<Frame>, DecodeError> {
+        self.parser
+            .parse(buf)
+            .map_err(|e| DecodeError::Malformed(Box::new(e)))
+    }
+
+    fn deliver(&mut self, caller: ReplyTo, frame: Frame) -> Delivery<ReplyTo> {
+        // The shard lost its scripts (restart, SCRIPT FLUSH): load them and
+        // send the command again.
+        if matches!(&frame, Frame::Error(e) if e.starts_with(b"NOSCRIPT")) {
+            return Delivery::Resend(caller);
+        }
+        if matches!(frame, Frame::Error(_)) {
+            self.metrics.error(ErrorKind::Server);
+        }
+        caller.send(Ok(frame));
+        Delivery::Done
+    }
+
+    fn fail(caller: ReplyTo, err: BackendError) {
+        caller.send(Err(err));
+    }
+
+    fn resend_preamble(&mut self, out: &mut BytesMut) -> (usize, ()) {
+        (load_scripts(out), ())
+    }
 }
 
 // ---------------------------------------------------------------------------
-// the socket: plain TCP (split into owned halves, as fast as before) or TLS
-// (split through tokio's lock, as the reader runs in its own task)
+// the socket: plain TCP (split into owned halves) or TLS (split through
+// tokio's lock, uncontended: one task owns both halves)
 
 type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// A plaintext or a TLS stream (or one half of either): the I/O calls are
 /// passed to whichever it is.
-enum Either<P, T> {
+pub(super) enum Either<P, T> {
     Plain(P),
     Tls(T),
 }
 
 type ShardStream = Either<TcpStream, Box<TlsStream>>;
-type ShardReader = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream>>;
-type ShardWriter = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream>>;
+pub(super) type ShardReader = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream>>;
+pub(super) type ShardWriter = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream>>;
 
 impl ShardStream {
     fn into_split(self) -> (ShardReader, ShardWriter) {

@@ -12,40 +12,9 @@ use bytes::Bytes;
 use memshift_protocol::resp::Frame;
 use tokio::sync::mpsc;
 
-/// Why a backend request got no reply from Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendError {
-    /// The shard is not connected (down, or reconnecting).
-    Unavailable,
-    /// No reply within `redis.timeout_ms`.
-    Timeout,
-    /// The connection broke while the request was in flight.
-    ConnectionLost,
-    /// The shard connection's queue is full.
-    Busy,
-}
-
-impl BackendError {
-    /// The line a client gets.
-    pub fn reply_line(self) -> &'static [u8] {
-        match self {
-            BackendError::Unavailable => b"SERVER_ERROR backend unavailable\r\n",
-            BackendError::Timeout => b"SERVER_ERROR backend timeout\r\n",
-            BackendError::ConnectionLost => b"SERVER_ERROR backend connection lost\r\n",
-            BackendError::Busy => b"SERVER_ERROR backend busy\r\n",
-        }
-    }
-
-    /// Label for `memshift_backend_errors_total{kind}`.
-    pub fn kind(self) -> &'static str {
-        match self {
-            BackendError::Unavailable => "connection",
-            BackendError::Timeout => "timeout",
-            BackendError::ConnectionLost => "connection",
-            BackendError::Busy => "busy",
-        }
-    }
-}
+/// Why a backend request got no reply (the engine's, shared with the legacy
+/// pool): `Unavailable`, `Timeout`, `ConnectionLost`, `Busy`.
+pub use memshift_pipeline::BackendError;
 
 /// Where a reply goes: the session's reply channel, tagged with the client
 /// request (`seq`) and which of its backend requests this is (`part`).

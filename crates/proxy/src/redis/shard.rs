@@ -3,11 +3,10 @@
 //! stay in order (a pipelined `set k` then `get k` reads its own write).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use memshift_pipeline::{Pipeline, Request};
 
-use super::connection::{self, ConnectionSettings};
+use super::connection::{ConnectionSettings, RedisCodec, RedisConnector};
 use super::{BackendError, BackendRequest};
 use crate::metrics::{ErrorKind, ShardMetrics};
 
@@ -19,8 +18,7 @@ pub struct Shard {
     settings: ConnectionSettings,
     /// Label for metrics and logs: the shard's name, or its address.
     pub id: String,
-    conns: Vec<mpsc::Sender<BackendRequest>>,
-    up: Vec<Arc<AtomicBool>>,
+    conns: Vec<Pipeline<RedisCodec>>,
     /// Set by the health monitor (PING); true until pings say otherwise.
     healthy: AtomicBool,
     metrics: ShardMetrics,
@@ -38,25 +36,19 @@ impl Shard {
         queue_depth: usize,
         metrics: ShardMetrics,
     ) -> Shard {
-        let mut conns = Vec::with_capacity(connections);
-        let mut up = Vec::with_capacity(connections);
-        for _ in 0..connections.max(1) {
-            let (tx, rx) = mpsc::channel(queue_depth.max(1));
-            let flag = Arc::new(AtomicBool::new(false));
-            tokio::spawn(connection::run(
-                settings.clone(),
-                rx,
-                flag.clone(),
-                metrics.clone(),
-            ));
-            conns.push(tx);
-            up.push(flag);
-        }
+        let conns = (0..connections.max(1))
+            .map(|_| {
+                let connector = RedisConnector {
+                    settings: settings.clone(),
+                    metrics: metrics.clone(),
+                };
+                Pipeline::start(connector, settings.engine(), queue_depth)
+            })
+            .collect();
         Shard {
             settings,
             id,
             conns,
-            up,
             healthy: AtomicBool::new(true),
             metrics,
             diverted: crate::eject::Diverted::default(),
@@ -67,23 +59,24 @@ impl Shard {
     /// waits: a full queue or a stopped connection answers the request at once.
     pub fn send(&self, lane: usize, req: BackendRequest) {
         let conn = &self.conns[lane % self.conns.len()];
-        if let Err(e) = conn.try_send(req) {
-            let (req, err) = match e {
-                mpsc::error::TrySendError::Full(r) => (r, BackendError::Busy),
-                mpsc::error::TrySendError::Closed(r) => (r, BackendError::Unavailable),
-            };
+        let sent = conn.send(Request {
+            bytes: req.cmd,
+            expect: (),
+            caller: req.reply,
+        });
+        // Refused (and answered already): count it.
+        if let Err(err) = sent {
             self.metrics.error(match err {
                 BackendError::Busy => ErrorKind::Busy,
                 _ => ErrorKind::Connection,
             });
-            req.reply.send(Err(err));
         }
     }
 
     /// True while at least one connection is established and the health
     /// monitor has not marked the shard down.
     pub fn is_up(&self) -> bool {
-        self.is_healthy() && self.up.iter().any(|u| u.load(Ordering::Relaxed))
+        self.is_healthy() && self.conns.iter().any(Pipeline::is_up)
     }
 
     pub fn is_healthy(&self) -> bool {

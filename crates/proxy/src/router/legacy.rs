@@ -9,24 +9,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use memshift_ring::legacy::{Distribution, LegacyPlacement, LegacyServer};
 use memshift_shadow::pool::{LegacyPool, PoolSettings};
-use memshift_shadow::reply::{
-    LegacyError, LegacyRequest, ReplyShape as PoolShape, ReplyTo as PoolReplyTo, TaggedReply,
-};
+use memshift_shadow::reply::{LegacyError, LegacyRequest, ReplyTo as PoolReplyTo, TaggedReply};
 
 use crate::config::MemcachedConfig;
 use crate::error::ProxyError;
 use crate::redis::{BackendError, BackendReply, Reply, ReplyTo};
 
-/// What kind of reply a legacy request gets, so its end can be found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyShape {
-    /// One line (STORED, DELETED, a number, an error…).
-    Line,
-    /// VALUE blocks until END (get/gets/gat/gats).
-    Values,
-    /// A meta reply (`VA` + data, `EN`, `HD`…).
-    Meta,
-}
+/// What kind of reply a legacy request gets, so its end can be found: the
+/// pool's own type (`Line`, `Meta`, `Values` are its names for the sessions).
+pub use memshift_shadow::ReplyShape;
 
 /// Legacy replies arrive on a session's channel like Redis ones.
 impl From<TaggedReply> for BackendReply {
@@ -36,12 +27,8 @@ impl From<TaggedReply> for BackendReply {
             part: t.part,
             result: match t.result {
                 Ok(reply) => Ok(Reply::Memcached(reply.raw().clone())),
-                Err(e) => Err(match e {
-                    LegacyError::Timeout => BackendError::Timeout,
-                    LegacyError::ConnectionLost => BackendError::ConnectionLost,
-                    LegacyError::Busy => BackendError::Busy,
-                    _ => BackendError::Unavailable,
-                }),
+                Err(LegacyError::Backend(e)) => Err(e),
+                Err(_) => Err(BackendError::Unavailable),
             },
         }
     }
@@ -103,10 +90,6 @@ impl Legacy {
     /// Send one request (never with `noreply`) to `server`; the raw reply
     /// goes to `reply` via the session's channel.
     pub fn send(&self, server: usize, lane: usize, cmd: Bytes, shape: ReplyShape, reply: ReplyTo) {
-        let shape = match shape {
-            ReplyShape::Values => PoolShape::UntilEnd,
-            ReplyShape::Line | ReplyShape::Meta => PoolShape::Single,
-        };
         self.pool.send(
             server,
             lane,
