@@ -10,7 +10,9 @@ mod parse;
 pub mod reply;
 mod request;
 
-pub use parse::{parse_request, ParseLimits, Parsed, ProtocolError, ITEM_OVERHEAD, MAX_LINE_LEN};
+pub use parse::{
+    parse_request, ParseLimits, Parsed, ProtocolError, StaleKey, ITEM_OVERHEAD, MAX_LINE_LEN,
+};
 pub use request::{
     ArithCommand, Keys, MetaCommand, MetaFlags, MetaSetMode, Request, RetrievalCommand,
     StorageCommand, MAX_KEY_LEN, REALTIME_MAXDELTA,

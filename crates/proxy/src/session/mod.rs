@@ -383,7 +383,7 @@ impl Session {
                     }
                     return;
                 }
-                Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
+                Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => {
                     if let Some(key) = oversize_set_key(&self.rbuf, &limits) {
                         let key = bytes::Bytes::copy_from_slice(key);
                         self.delete_quietly(key);
