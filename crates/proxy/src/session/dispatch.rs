@@ -25,7 +25,7 @@ use crate::stats::bump;
 
 mod meta;
 
-pub(super) use meta::{oversize_meta_set_key, MetaOp};
+pub(super) use meta::MetaOp;
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
 const CMD_BUF_CHUNK: usize = 4 * 1024;

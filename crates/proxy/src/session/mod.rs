@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use memshift_protocol::memcache::{parse_request, ParseLimits, Parsed, ProtocolError};
+use memshift_protocol::memcache::{base64, parse_request, Parsed, ProtocolError, StaleKey};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -383,12 +383,13 @@ impl Session {
                     }
                     return;
                 }
-                Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => {
-                    if let Some(key) = oversize_set_key(&self.rbuf, &limits) {
-                        let key = bytes::Bytes::copy_from_slice(key);
-                        self.delete_quietly(key);
-                    }
-                    if let Some(key) = dispatch::oversize_meta_set_key(&self.rbuf, reply) {
+                Parsed::Invalid(ProtocolError::Reply {
+                    reply,
+                    skip,
+                    delete,
+                }) => {
+                    // memcached drops the old item of a store it refused.
+                    if let Some(key) = delete.and_then(stale_key) {
                         self.delete_quietly(key);
                     }
                     let n = skip.min(self.rbuf.len());
@@ -527,24 +528,14 @@ impl Session {
     }
 }
 
-/// memcached drops the old value when it refuses a `set` as too large (so a
-/// stale value does not outlive a failed overwrite): the key of such a set.
-fn oversize_set_key<'a>(input: &'a [u8], limits: &ParseLimits) -> Option<&'a [u8]> {
-    let line = input.split(|&b| b == b'\n').next()?;
-    let mut tokens = line
-        .split(|&b| b == b' ' || b == b'\r')
-        .filter(|t| !t.is_empty());
-    if tokens.next()? != b"set" {
-        return None;
+/// The key to delete for the parser's `delete` verdict (decoded from
+/// base64 for an `ms` with `b`).
+fn stale_key(stale: StaleKey<'_>) -> Option<bytes::Bytes> {
+    if stale.base64 {
+        base64::decode(stale.key).map(bytes::Bytes::from)
+    } else {
+        Some(bytes::Bytes::copy_from_slice(stale.key))
     }
-    let key = tokens.next()?;
-    let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
-    let flags = u32::try_from(number(tokens.next()?)?).ok()?;
-    let _exptime = tokens.next()?;
-    let length = usize::try_from(number(tokens.next()?)?).ok()?;
-    let too_large = key.len() <= memshift_protocol::memcache::MAX_KEY_LEN
-        && length > limits.max_data_len(key.len(), flags);
-    too_large.then_some(key)
 }
 
 /// The next backend reply; never, while there is no channel.
