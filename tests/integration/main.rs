@@ -13,6 +13,7 @@ mod meta_capable;
 mod migration;
 mod observability;
 mod ops;
+mod oversize_refusal;
 mod pipelining;
 mod pymemcache;
 mod shard_down;

@@ -460,3 +460,78 @@ fn parser_agrees_with_memcached() {
         failures.join("\n")
     );
 }
+
+/// Refused stores and the key memcached drops: (key stored first, line).
+/// The line's data block is sent when the parser swallows one.
+fn stale_key_cases() -> Vec<(&'static [u8], &'static [u8])> {
+    vec![
+        (b"sk", b"set sk 0 0 1048577\r\n"),
+        (b"sk", b"set sk 0 0 1048577 noreply\r\n"),
+        (b"sk", b"set sk 0 0 1048577 junk\r\n"),
+        (b"sk", b"set sk 0 -1 1048577\r\n"),
+        (b"sk", b"set sk 4294967296 0 1048577\r\n"),
+        (b"sk", b"set sk 1 0 1048513\r\n"),
+        (b"sk", b"set sk 0 0 2000000 noreply junk\r\n"),
+        (b"sk", b"set sk 0 0 2147483646\r\n"),
+        (b"sk", b"set sk 0 0 -1\r\n"),
+        (b"sk", b"set sk 0 abc 1048577\r\n"),
+        (b"sk", b"add sk 0 0 1048577\r\n"),
+        (b"sk", b"replace sk 0 0 1048577\r\n"),
+        (b"sk", b"append sk 0 0 1048577\r\n"),
+        (b"sk", b"prepend sk 0 0 1048577\r\n"),
+        (b"sk", b"cas sk 0 0 1048577 1\r\n"),
+        (b"key", b"set key\r 0 0 1048577\r\n"),
+        (b"key\r", b"set key\r 0 0 1048577\r\n"),
+        (b"sk", b"ms sk 1048577\r\n"),
+        (b"sk", b"ms sk 1048577 q ME\r\n"),
+        (b"sk", b"ms sk 1048577 MA\r\n"),
+        (b"sk", b"ms sk 1048577 MR C1\r\n"),
+        (b"sk", b"ms sk 1048577 I C1\r\n"),
+        (b"sk", b"ms sk 1048577 MX\r\n"),
+        (b"sk", b"ms sk 1048577 S5\r\n"),
+        (b"sk", b"ms sk 1048577 b\r\n"),
+        (b"sk", b"ms c2s= 1048577 b\r\n"),
+        (b"sk", b"ms sk 2147483646\r\n"),
+    ]
+}
+
+#[test]
+fn stale_keys_agree_with_memcached() {
+    use memshift_protocol::memcache::{base64, parse_request, Parsed, ProtocolError};
+    let Some(server) = Memcached::start(&[]) else {
+        return;
+    };
+    let limits = ParseLimits::default();
+    let mut failures = Vec::new();
+    for (key, line) in stale_key_cases() {
+        let Parsed::Invalid(ProtocolError::Reply { skip, delete, .. }) =
+            parse_request(line, &limits)
+        else {
+            panic!("{}: not refused", show(line));
+        };
+        let deleted = delete.and_then(|d| {
+            if d.base64 {
+                base64::decode(d.key)
+            } else {
+                Some(d.key.to_vec())
+            }
+        });
+        let want_deleted = deleted.as_deref() == Some(key);
+        let mut input = [b"set ", key, b" 0 0 1\r\na\r\n", line].concat();
+        if skip > line.len() {
+            input.resize(input.len() + skip - line.len() - 2, b'x');
+            input.extend(b"\r\n");
+        }
+        input.extend([b"get ", key, b"\r\n"].concat());
+        let (got, _) = talk(&server, &input, false, 0);
+        let got_deleted = !got.windows(6).any(|w| w == b"VALUE ");
+        if got_deleted != want_deleted {
+            failures.push(format!(
+                "{} (key {:?}): memcached deleted={got_deleted}, parser says {want_deleted}",
+                show(line),
+                String::from_utf8_lossy(key)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

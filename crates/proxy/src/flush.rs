@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Largest relative delay (memcached's `REALTIME_MAXDELTA`, 30 days).
-const MAX_RELATIVE: i64 = 60 * 60 * 24 * 30;
+const MAX_RELATIVE: i64 = memshift_protocol::memcache::REALTIME_MAXDELTA;
 
 /// memcached counts a Unix time as past from this long before it started
 /// (`process_started = time(0) - ITEM_UPDATE_INTERVAL - 2`).
@@ -129,12 +129,7 @@ impl FlushSchedule {
     }
 }
 
-/// The clock memcached's rules read (whole Unix seconds).
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+pub use memshift_protocol::memcache::unix_now;
 
 /// The monotonic instant of Unix time `at` (seconds).
 fn instant_of(at: u64) -> Instant {

@@ -1,9 +1,7 @@
 //! What a shadow write replicates: the resulting state of a key.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
-use memshift_protocol::memcache::REALTIME_MAXDELTA;
+use memshift_protocol::memcache::{Exptime, REALTIME_MAXDELTA};
 
 /// When an item expires, as an **absolute unix time in seconds**.
 ///
@@ -18,39 +16,28 @@ pub enum Expiry {
     At(u64),
 }
 
-/// The current unix time in seconds (0 if the clock is before 1970).
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+/// The current unix time in seconds: memshift's one clock.
+pub use memshift_protocol::memcache::unix_now;
 
 impl Expiry {
-    /// A memcached `exptime` as a client sent it, with memcached's rules:
-    /// 0 never expires, negative is already expired, up to 30 days
-    /// (`REALTIME_MAXDELTA`) is relative to now, more is an absolute unix
-    /// time.
+    /// A memcached `exptime` as a client sent it, with memcached's rules
+    /// ([`Exptime`]): 0 never expires, negative is already expired, up to
+    /// 30 days is relative to now, more is an absolute unix time.
     pub fn from_memcached(exptime: i64, now_unix: u64) -> Expiry {
-        if exptime == 0 {
-            Expiry::Never
-        } else if exptime < 0 {
-            Expiry::At(0)
-        } else if exptime <= REALTIME_MAXDELTA {
-            Expiry::At(now_unix.saturating_add(exptime as u64))
-        } else {
-            Expiry::At(exptime as u64)
-        }
+        Expiry::from_exptime(Exptime::new(exptime), now_unix)
     }
 
     /// A remaining TTL in seconds as `mg ... t` reports it (`-1` or `None`:
     /// no expiry).
     pub fn from_ttl(ttl_remaining: Option<i64>, now_unix: u64) -> Expiry {
-        match ttl_remaining {
-            None => Expiry::Never,
-            Some(t) if t < 0 => Expiry::Never,
-            Some(t) => Expiry::At(now_unix.saturating_add(t as u64)),
-        }
+        let exptime =
+            ttl_remaining.map_or(Exptime::Never, |t| Exptime::from_remaining(t, now_unix));
+        Expiry::from_exptime(exptime, now_unix)
+    }
+
+    /// The absolute deadline of `exptime` seen at `now_unix`.
+    pub fn from_exptime(exptime: Exptime, now_unix: u64) -> Expiry {
+        exptime.deadline(now_unix).map_or(Expiry::Never, Expiry::At)
     }
 
     /// True if the item would already be gone at `now_unix`.

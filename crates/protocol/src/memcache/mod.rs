@@ -6,12 +6,16 @@
 
 pub mod base64;
 pub mod client;
+mod exptime;
 mod parse;
 pub mod reply;
 mod request;
 
-pub use parse::{parse_request, ParseLimits, Parsed, ProtocolError, ITEM_OVERHEAD, MAX_LINE_LEN};
+pub use exptime::{unix_now, Exptime, REALTIME_MAXDELTA};
+pub use parse::{
+    parse_request, ParseLimits, Parsed, ProtocolError, StaleKey, ITEM_OVERHEAD, MAX_LINE_LEN,
+};
 pub use request::{
     ArithCommand, Keys, MetaCommand, MetaFlags, MetaSetMode, Request, RetrievalCommand,
-    StorageCommand, MAX_KEY_LEN, REALTIME_MAXDELTA,
+    StorageCommand, MAX_KEY_LEN,
 };

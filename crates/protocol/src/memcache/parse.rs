@@ -81,16 +81,33 @@ impl ParseLimits {
 
 /// What to do about input memcached would reject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProtocolError {
+pub enum ProtocolError<'a> {
     /// Answer `reply` (a complete line including `\r\n`, e.g.
     /// `b"CLIENT_ERROR bad command line format\r\n"`, or empty when memcached
     /// stays silent) and discard `skip` bytes of input. `skip` may exceed what
     /// has arrived so far (a too-large data block is swallowed as it arrives);
-    /// the caller discards the rest as it comes in.
-    Reply { reply: &'static [u8], skip: usize },
+    /// the caller discards the rest as it comes in. When `delete` is set,
+    /// memcached also drops the item stored under that key.
+    Reply {
+        reply: &'static [u8],
+        skip: usize,
+        delete: Option<StaleKey<'a>>,
+    },
     /// memcached closes the connection (e.g. an over-long line that is not a
     /// multi-get). `reply` is written first if not empty.
     Close { reply: &'static [u8] },
+}
+
+/// The key of a store memcached refused as too large, whose old item it
+/// drops so that a stale value does not outlive a failed overwrite. It does
+/// so for `set` (not add/replace/append/prepend/cas) and for `ms` in every
+/// mode, and only once the command line was valid up to the size check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleKey<'a> {
+    /// The key as sent, a slice of the input.
+    pub key: &'a [u8],
+    /// `key` is base64 (`ms` with the `b` flag): decode it before deleting.
+    pub base64: bool,
 }
 
 /// Result of one parse attempt.
@@ -104,7 +121,7 @@ pub enum Parsed<'a> {
     /// More bytes are needed; nothing was consumed.
     Incomplete,
     /// Input memcached rejects; see [`ProtocolError`].
-    Invalid(ProtocolError),
+    Invalid(ProtocolError<'a>),
 }
 
 /// Longest command line (without its `\r\n`) that is not a multi-get.
@@ -134,6 +151,7 @@ impl<'a> Line<'a> {
         Parsed::Invalid(ProtocolError::Reply {
             reply,
             skip: self.len,
+            delete: None,
         })
     }
 

@@ -8,9 +8,6 @@
 /// Largest key memcached accepts (KEY_MAX_LENGTH).
 pub const MAX_KEY_LEN: usize = 250;
 
-/// Exptime values above this are absolute Unix times (memcached's REALTIME_MAXDELTA).
-pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
-
 /// get / gets / gat / gats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetrievalCommand {

@@ -47,7 +47,7 @@ fn check_with(data: &[u8], limits: &ParseLimits) {
                 );
             }
         }
-        Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
+        Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => {
             assert!(*skip > 0, "an error must make progress");
             assert!(reply.is_empty() || reply.ends_with(b"\r\n"));
             // The verdict does not depend on bytes after the skipped ones.

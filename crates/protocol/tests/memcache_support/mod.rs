@@ -33,7 +33,7 @@ pub fn run(input: &[u8], limits: &ParseLimits) -> (Vec<Event>, isize) {
                 pos += consumed;
             }
             Parsed::Incomplete => return (events, rest.len() as isize),
-            Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
+            Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => {
                 assert!(skip > 0);
                 events.push(Event::Reply(reply.to_vec()));
                 if skip > rest.len() {

@@ -2,7 +2,7 @@
 //! reply lines. Pure functions: the session owns the I/O.
 
 use bytes::BytesMut;
-use memshift_protocol::memcache::{reply, ArithCommand, StorageCommand, REALTIME_MAXDELTA};
+use memshift_protocol::memcache::{reply, ArithCommand, Exptime, StorageCommand};
 use memshift_protocol::resp::{CommandWriter, Frame};
 
 use super::encoding::header;
@@ -24,16 +24,14 @@ pub enum Expiry {
 impl Expiry {
     /// memcached 1.6's rules for an exptime seen at `now_unix`.
     pub fn from_exptime(exptime: i64, now_unix: i64) -> Expiry {
-        if exptime == 0 {
-            Expiry::Never
-        } else if exptime < 0 {
-            Expiry::Past
-        } else if exptime <= REALTIME_MAXDELTA {
-            Expiry::In(exptime)
-        } else if exptime <= now_unix {
-            Expiry::Past
-        } else {
-            Expiry::At(exptime)
+        let now = u64::try_from(now_unix).unwrap_or(0);
+        match Exptime::new(exptime) {
+            Exptime::Never => Expiry::Never,
+            Exptime::Relative(s) => Expiry::In(i64::from(s)),
+            at if at.is_expired(now) => Expiry::Past,
+            // Above 30 days and in the future: fits an i64 (it came from one).
+            Exptime::Absolute(t) => Expiry::At(t as i64),
+            Exptime::Expired => Expiry::Past,
         }
     }
 
@@ -381,6 +379,8 @@ mod tests {
         assert_eq!(Expiry::from_exptime(2_592_001, now), Expiry::Past);
         assert_eq!(Expiry::from_exptime(now, now), Expiry::Past);
         assert_eq!(Expiry::from_exptime(now + 10, now), Expiry::At(now + 10));
+        assert_eq!(Expiry::from_exptime(i64::MAX, now), Expiry::At(i64::MAX));
+        assert_eq!(Expiry::from_exptime(i64::MIN, now), Expiry::Past);
     }
 
     #[test]

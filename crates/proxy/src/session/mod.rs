@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use memshift_protocol::memcache::{parse_request, Parsed, ProtocolError};
+use memshift_protocol::memcache::{base64, parse_request, Parsed, ProtocolError, StaleKey};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -394,12 +394,13 @@ impl Session {
                     }
                     return;
                 }
-                Parsed::Invalid(ProtocolError::Reply { reply, skip }) => {
-                    if let Some(key) = cmd::oversize_set_key(&self.rbuf, &limits) {
-                        let key = bytes::Bytes::copy_from_slice(key);
-                        self.delete_quietly(key);
-                    }
-                    if let Some(key) = cmd::oversize_meta_set_key(&self.rbuf, reply) {
+                Parsed::Invalid(ProtocolError::Reply {
+                    reply,
+                    skip,
+                    delete,
+                }) => {
+                    // memcached drops the old item of a store it refused.
+                    if let Some(key) = delete.and_then(stale_key) {
                         self.delete_quietly(key);
                     }
                     let n = skip.min(self.rbuf.len());
@@ -535,6 +536,16 @@ impl Session {
             }
             self.render(pending);
         }
+    }
+}
+
+/// The key to delete for the parser's `delete` verdict (decoded from
+/// base64 for an `ms` with `b`).
+fn stale_key(stale: StaleKey<'_>) -> Option<bytes::Bytes> {
+    if stale.base64 {
+        base64::decode(stale.key).map(bytes::Bytes::from)
+    } else {
+        Some(bytes::Bytes::copy_from_slice(stale.key))
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::meta::{self, MetaArgs, Verb};
 use super::tokens::parse_i32;
-use super::{reply, Line, ParseLimits, Parsed, ProtocolError};
+use super::{reply, Line, ParseLimits, Parsed, ProtocolError, StaleKey};
 use crate::memcache::{MetaCommand, MetaSetMode, Request};
 
 const INVALID_MODE: &[u8] = b"CLIENT_ERROR invalid mode for ms M token\r\n";
@@ -45,6 +45,7 @@ pub(super) fn parse<'a>(
         Parsed::Invalid(ProtocolError::Reply {
             reply,
             skip: block_end,
+            delete: None,
         })
     };
 
@@ -64,13 +65,22 @@ pub(super) fn parse<'a>(
     if pre.opaque_too_long {
         return swallow(meta::OPAQUE_TOO_LONG);
     }
+    // memcached sizes the item before it looks at `I`; refusing it drops
+    // the key's old item, whatever the mode.
+    if length > limits.max_data_len(pre.key_len, flags.client_flags) {
+        return Parsed::Invalid(ProtocolError::Reply {
+            reply: reply::SERVER_ERROR_TOO_LARGE,
+            skip: block_end,
+            delete: Some(StaleKey {
+                key,
+                base64: flags.base64,
+            }),
+        });
+    }
     let compare_and_swap = flags.compare_cas.is_some()
         && matches!(flags.set_mode, MetaSetMode::Set | MetaSetMode::Replace);
     if flags.invalidate && compare_and_swap {
         return swallow(meta::INVALID_FLAG);
-    }
-    if length > limits.max_data_len(pre.key_len, flags.client_flags) {
-        return swallow(reply::SERVER_ERROR_TOO_LARGE);
     }
     let (Some(data), Some(terminator)) =
         (buf.get(data_start..data_end), buf.get(data_end..block_end))

@@ -4,7 +4,7 @@
 //! followed by exactly `<bytes>` bytes and `\r\n`.
 
 use super::tokens::{parse_i32, parse_u32, parse_u64, Args};
-use super::{reply, Line, ParseLimits, Parsed, ProtocolError};
+use super::{reply, Line, ParseLimits, Parsed, ProtocolError, StaleKey};
 use crate::memcache::{Request, StorageCommand, MAX_KEY_LEN};
 
 pub(super) fn parse<'a>(
@@ -55,7 +55,8 @@ pub(super) fn parse<'a>(
     let data_end = data_start.saturating_add(length);
     let block_end = data_end.saturating_add(2);
     if length > limits.max_data_len(key.len(), flags) {
-        // memcached swallows the data block, even before it has arrived.
+        // memcached swallows the data block, even before it has arrived,
+        // and a refused `set` drops the key's old item.
         return Parsed::Invalid(ProtocolError::Reply {
             reply: if noreply {
                 b""
@@ -63,6 +64,7 @@ pub(super) fn parse<'a>(
                 reply::SERVER_ERROR_TOO_LARGE
             },
             skip: block_end,
+            delete: (command == StorageCommand::Set).then_some(StaleKey { key, base64: false }),
         });
     }
     let (Some(data), Some(terminator)) =
@@ -79,6 +81,7 @@ pub(super) fn parse<'a>(
                 reply::CLIENT_ERROR_BAD_DATA_CHUNK
             },
             skip: block_end,
+            delete: None,
         });
     }
     Parsed::Complete {

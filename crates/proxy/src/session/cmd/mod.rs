@@ -29,8 +29,7 @@ use super::pending::{Op, Pending};
 use super::Session;
 use crate::router::{ReplyShape, Routes, Target};
 
-pub(super) use meta::{oversize_meta_set_key, MetaOp};
-pub(super) use storage::oversize_set_key;
+pub(super) use meta::MetaOp;
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
 const CMD_BUF_CHUNK: usize = 4 * 1024;
@@ -135,9 +134,7 @@ impl Session {
     }
 }
 
+/// memshift's one clock, as the exptime arithmetic here takes it.
 fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    i64::try_from(memshift_protocol::memcache::unix_now()).unwrap_or(i64::MAX)
 }

@@ -2,7 +2,7 @@
 //! the quiet delete that follows a refused oversize `set`.
 
 use bytes::Bytes;
-use memshift_protocol::memcache::{client, ParseLimits, StorageCommand};
+use memshift_protocol::memcache::{client, StorageCommand};
 
 use super::super::pending::{Op, WriteKind};
 use super::super::Session;
@@ -93,27 +93,4 @@ impl Session {
             self.shadow(side, key, Change::Unknown);
         }
     }
-}
-
-/// memcached drops the old value when it refuses a `set` as too large (so a
-/// stale value does not outlive a failed overwrite): the key of such a set.
-pub(in crate::session) fn oversize_set_key<'a>(
-    input: &'a [u8],
-    limits: &ParseLimits,
-) -> Option<&'a [u8]> {
-    let line = input.split(|&b| b == b'\n').next()?;
-    let mut tokens = line
-        .split(|&b| b == b' ' || b == b'\r')
-        .filter(|t| !t.is_empty());
-    if tokens.next()? != b"set" {
-        return None;
-    }
-    let key = tokens.next()?;
-    let number = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
-    let flags = u32::try_from(number(tokens.next()?)?).ok()?;
-    let _exptime = tokens.next()?;
-    let length = usize::try_from(number(tokens.next()?)?).ok()?;
-    let too_large = key.len() <= memshift_protocol::memcache::MAX_KEY_LEN
-        && length > limits.max_data_len(key.len(), flags);
-    too_large.then_some(key)
 }

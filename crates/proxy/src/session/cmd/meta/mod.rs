@@ -395,24 +395,3 @@ fn forward(buf: &mut BytesMut, command: MetaCommand, key: &[u8], tokens: &[u8], 
         buf.extend_from_slice(b"\r\n");
     }
 }
-
-/// memcached drops the old item when an `ms` is refused as too large (any
-/// mode), as for `set`: the key of such an `ms` at the front of `input`,
-/// given the parser's verdict `reply`.
-pub(in crate::session) fn oversize_meta_set_key(input: &[u8], reply: &[u8]) -> Option<Bytes> {
-    if reply != reply::SERVER_ERROR_TOO_LARGE {
-        return None;
-    }
-    let line = input.split(|&b| b == b'\n').next()?;
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let mut tokens = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
-    if tokens.next()? != b"ms" {
-        return None;
-    }
-    let key = tokens.next()?;
-    let _length = tokens.next()?;
-    if tokens.any(|t| t.first() == Some(&b'b')) {
-        return base64::decode(key).map(Bytes::from);
-    }
-    Some(Bytes::copy_from_slice(key))
-}

@@ -3,11 +3,12 @@
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTtl};
+use memshift_protocol::memcache::Exptime;
 use memshift_protocol::resp::Frame;
 
 use super::{Kind, MetaOp, Outcome};
 use crate::redis::encoding;
-use crate::redis::translate::{self, Expiry, WriteOutcome};
+use crate::redis::translate::{self, WriteOutcome};
 
 /// TTL in seconds as memcached's `t` prints it, from a Redis PTTL.
 fn ttl_from_pttl(pttl: i64) -> i64 {
@@ -19,13 +20,9 @@ fn ttl_from_pttl(pttl: i64) -> i64 {
 }
 
 /// TTL `t` prints after `T<exptime>` / `N<exptime>` at `now`.
+/// memcached's `t` for an item touched with `exptime` at `now`.
 fn ttl_from_exptime(exptime: i64, now: i64) -> i64 {
-    match Expiry::from_exptime(exptime, now) {
-        Expiry::Never => -1,
-        Expiry::In(s) => s,
-        Expiry::At(t) => t - now,
-        Expiry::Past => 0,
-    }
+    Exptime::new(exptime).ttl(u64::try_from(now).unwrap_or(0))
 }
 
 pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
