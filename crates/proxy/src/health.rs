@@ -36,7 +36,7 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
                 if !shard.is_healthy() {
                     // Under eject: first remove what would read stale.
                     if backends.ejects() {
-                        match crate::eject::clean(&backends, i).await {
+                        match crate::router::eject::clean(&backends, i).await {
                             Ok(c) => tracing::info!(
                                 shard = %shard.id,
                                 deleted_keys = c.keys,
@@ -69,7 +69,7 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
                 // Writes routed away at the instant the ring switched.
                 for (i, shard) in backends.shards.iter().enumerate() {
                     if shard.is_healthy() {
-                        if let Err(e) = crate::eject::clean(&backends, i).await {
+                        if let Err(e) = crate::router::eject::clean(&backends, i).await {
                             tracing::warn!(shard = %shard.id, error = ?e, "cleaning keys diverted during the rejoin failed; retried at the next check");
                         }
                     }

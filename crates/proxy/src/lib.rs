@@ -9,7 +9,6 @@ pub mod cli;
 pub mod compare;
 pub mod config;
 pub mod copy;
-pub mod eject;
 pub mod error;
 pub mod fd_limit;
 pub mod flush;

@@ -175,7 +175,7 @@ impl Generation {
             Some(router) => router.redis_handle().clone(),
             None => Arc::new(ArcSwap::new(redis.clone())),
         };
-        let redis_sink = Arc::new(crate::redis::shadow_sink::RedisShadowSink::new(
+        let redis_sink = Arc::new(crate::router::shadow_sink::RedisShadowSink::new(
             shared.clone(),
             cas_seed ^ 0x5348_4144_4f57,
         ));

@@ -2,9 +2,9 @@
 //! connections, and the translation of memcached requests into Redis commands.
 
 pub mod connection;
+pub mod diverted;
 pub mod encoding;
 pub mod scripts;
-pub mod shadow_sink;
 pub mod shard;
 pub mod translate;
 

@@ -24,7 +24,7 @@ pub struct Shard {
     metrics: ShardMetrics,
     /// Keys routed to other shards while this one was ejected (kept
     /// across reloads with the shard).
-    pub diverted: crate::eject::Diverted,
+    pub diverted: super::diverted::Diverted,
 }
 
 impl Shard {
@@ -51,7 +51,7 @@ impl Shard {
             conns,
             healthy: AtomicBool::new(true),
             metrics,
-            diverted: crate::eject::Diverted::default(),
+            diverted: super::diverted::Diverted::default(),
         }
     }
 

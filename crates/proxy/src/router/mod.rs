@@ -9,9 +9,11 @@
 //! whole: a request routes on the [`Routes`] it loaded, so a reload never
 //! moves a request already routed.
 
+pub mod eject;
 pub mod legacy;
 pub mod phase;
 pub mod redis;
+pub mod shadow_sink;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -12,13 +12,13 @@ use memshift_shadow::queue::{ApplyFuture, ShadowSink};
 use memshift_shadow::ShadowError;
 use tokio::sync::mpsc;
 
-use super::encoding::CasGenerator;
-use super::translate::{self, Expiry};
+use crate::redis::encoding::CasGenerator;
+use crate::redis::translate::{self, Expiry};
 use std::future::Future;
 use std::pin::Pin;
 
-use super::{BackendError, BackendReply, Reply};
-use crate::router::RedisBackends;
+use super::RedisBackends;
+use crate::redis::{BackendError, BackendReply, Reply};
 
 /// Applies shadow operations to the Redis shards currently configured.
 pub struct RedisShadowSink {
