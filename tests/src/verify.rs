@@ -99,6 +99,8 @@ pub struct VerifyReport {
     pub closed_by_server: usize,
     /// Every request's latency, sorted.
     pub latencies: Vec<Duration>,
+    /// Every answered request's send time and latency, per client in order.
+    pub timed: Vec<(Instant, Duration)>,
     /// Every key of every client.
     pub keys: Vec<String>,
 }
@@ -115,6 +117,22 @@ impl VerifyReport {
         }
         let i = ((self.latencies.len() - 1) as f64 * q).round() as usize;
         self.latencies[i.min(self.latencies.len() - 1)]
+    }
+
+    /// `(count, p99, max)` of the requests sent between `from` and `to`.
+    pub fn window(&self, from: Instant, to: Instant) -> (usize, Duration, Duration) {
+        let mut l: Vec<Duration> = self
+            .timed
+            .iter()
+            .filter(|(at, _)| *at >= from && *at <= to)
+            .map(|&(_, d)| d)
+            .collect();
+        l.sort_unstable();
+        let p99 = l
+            .get(((l.len().max(1) - 1) as f64 * 0.99).round() as usize)
+            .copied()
+            .unwrap_or_default();
+        (l.len(), p99, l.last().copied().unwrap_or_default())
     }
 
     /// Panics (with the first examples) on cross-talk, stale values,
@@ -214,7 +232,8 @@ impl VerifyLoad {
             r.connection_errors.extend(log.connection_errors);
             r.unanswered_at_close.extend(log.unanswered);
             r.closed_by_server += usize::from(log.closed_by_server);
-            r.latencies.extend(log.latencies);
+            r.latencies.extend(log.timed.iter().map(|&(_, d)| d));
+            r.timed.extend(log.timed);
         }
         r.latencies.sort_unstable();
         r
@@ -268,7 +287,7 @@ struct ClientLog {
     connection_errors: Vec<String>,
     unanswered: Vec<Unanswered>,
     closed_by_server: bool,
-    latencies: Vec<Duration>,
+    timed: Vec<(Instant, Duration)>,
 }
 
 enum Op {
@@ -380,7 +399,7 @@ impl Client {
             }
             match outcome {
                 Outcome::Reply(units) => {
-                    self.log.latencies.push(took);
+                    self.log.timed.push((sent_at, took));
                     if !self.check(&op, &what, &units) {
                         // The stream may be out of step: start afresh.
                         conn = self.connect();
