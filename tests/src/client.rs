@@ -98,6 +98,11 @@ impl McClient {
         self.stream.try_clone()
     }
 
+    /// Whether bytes of a reply not yet returned are buffered.
+    pub fn has_buffered(&self) -> bool {
+        self.pos < self.buf.len()
+    }
+
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)?;
         self.stream.flush()

@@ -14,6 +14,7 @@ pub mod process;
 pub mod python;
 pub mod resp;
 pub mod tls;
+pub mod verify;
 
 pub use client::{escape, McClient, Unit};
 pub use env::{
@@ -25,3 +26,4 @@ pub use process::{
 };
 pub use python::{pymemcache_python, PYMEMCACHE};
 pub use resp::{RedisClient, Resp};
+pub use verify::{VerifyConfig, VerifyLoad, VerifyReport};

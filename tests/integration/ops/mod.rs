@@ -6,11 +6,14 @@
 //! * `health`: `on_shard_down = "fail"` vs `"eject"` with a shard stopped and
 //!   restarted.
 //! * `limits`: slow consumers, max connections, idle timeout.
+//! * `faults`: kills, pauses, reloads, SIGTERM and a slow consumer under a
+//!   verifying load (no cross-talk, no stale values, no lost writes).
 //!
 //! Everything runs against real `redis-server` and `memshift` processes;
 //! every wait is a poll with a deadline.
 
 mod drain;
+mod faults;
 mod health;
 mod limits;
 mod reload;
