@@ -6,6 +6,7 @@
 //! * `health`: `on_shard_down = "fail"` vs `"eject"` with a shard stopped and
 //!   restarted.
 //! * `limits`: slow consumers, max connections, idle timeout.
+//! * `slow_consumer`: a client that never reads does not stall the others.
 //!
 //! Everything runs against real `redis-server` and `memshift` processes;
 //! every wait is a poll with a deadline.
@@ -14,6 +15,7 @@ mod drain;
 mod health;
 mod limits;
 mod reload;
+mod slow_consumer;
 
 use std::time::Duration;
 
