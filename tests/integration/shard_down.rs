@@ -80,6 +80,17 @@ fn shard_down_fails_fast_and_recovers() {
             );
         }
     }
+    // A multi-get with a key on the stopped shard is answered with the error
+    // as a whole: its keys are not misses, and memcached never answers part
+    // of a get (issue 13).
+    let mixed = format!("get {} {}\r\n", key(healthy[0]), key(victims[0]));
+    let reply = c.request(mixed.as_bytes()).expect("multi-get reply");
+    assert!(
+        reply.starts_with(b"SERVER_ERROR ") && !reply[..reply.len() - 2].contains(&b'\n'),
+        "{} with one shard down: want one SERVER_ERROR line, got {}",
+        escape(mixed.as_bytes(), 60),
+        escape(&reply, 200)
+    );
     // Keys elsewhere keep working, on the same connection and on new ones.
     let mut fresh = cluster.client();
     for &i in &healthy {

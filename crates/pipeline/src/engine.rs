@@ -29,7 +29,8 @@ const LONG_LIVED: Duration = Duration::from_secs(1);
 /// How long a connection waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
-    /// The oldest request in flight waiting longer than this resets the
+    /// A request whose reply is not complete this long after it was
+    /// written (or after the reply before it was complete) resets the
     /// connection (its requests get [`BackendError::Timeout`]).
     pub timeout: Duration,
     /// Bound on connecting plus the handshake.
@@ -103,6 +104,11 @@ struct Slot<C: Codec> {
     expect: C::Expect,
     /// `None` for the connection's own requests (preambles, pings).
     caller: Option<C::Caller>,
+    /// Where the request's bytes end in the connection's output stream.
+    end: u64,
+    /// When its bytes were written (queued, until then), or when the reply
+    /// before it was complete if that is later: the timeout counts the time
+    /// the server had to answer it, not the time spent behind other replies.
     sent: Instant,
 }
 
@@ -130,6 +136,9 @@ async fn run<K: Connector>(
                 let mut conn = Connection {
                     codec: connector.codec(),
                     slots: VecDeque::with_capacity(256),
+                    queued: 0,
+                    written: 0,
+                    stamped: 0,
                     timeout: settings.timeout,
                     senders_gone: false,
                 };
@@ -185,6 +194,11 @@ async fn run<K: Connector>(
 struct Connection<C: Codec> {
     codec: C,
     slots: VecDeque<Slot<C>>,
+    /// Bytes ever put in the write buffer, and ever written.
+    queued: u64,
+    written: u64,
+    /// Slots (from the front) whose bytes were all written.
+    stamped: usize,
     timeout: Duration,
     /// The queue closed: answer what is in flight, then stop.
     senders_gone: bool,
@@ -238,6 +252,7 @@ impl<C: Codec> Connection<C> {
                     Ok(Some(n)) => {
                         wbuf.advance(n);
                         unflushed = true;
+                        self.wrote(n);
                     }
                     Ok(None) => unflushed = false,
                     Err(e) => break Err(Broken::Write(e)),
@@ -272,10 +287,12 @@ impl<C: Codec> Connection<C> {
                         && last_heard.elapsed() >= IDLE_PING;
                     if let Some((ping, expect)) = self.codec.idle_ping().filter(|_| idle) {
                         wbuf.extend_from_slice(ping);
+                        self.queued += ping.len() as u64;
                         self.slots.push_back(Slot {
                             bytes: Bytes::new(),
                             expect,
                             caller: None,
+                            end: self.queued,
                             sent: Instant::now(),
                         });
                     }
@@ -288,16 +305,33 @@ impl<C: Codec> Connection<C> {
 
     fn push(&mut self, wbuf: &mut BytesMut, req: Request<C>, now: Instant) {
         wbuf.extend_from_slice(&req.bytes);
+        self.queued += req.bytes.len() as u64;
         self.slots.push_back(Slot {
             bytes: req.bytes,
             expect: req.expect,
             caller: Some(req.caller),
+            end: self.queued,
             sent: now,
         });
     }
 
+    /// `n` more bytes were written: the requests they complete start their
+    /// clocks now.
+    fn wrote(&mut self, n: usize) {
+        self.written += n as u64;
+        let now = Instant::now();
+        while let Some(slot) = self.slots.get_mut(self.stamped) {
+            if slot.end > self.written {
+                break;
+            }
+            slot.sent = now;
+            self.stamped += 1;
+        }
+    }
+
     /// Complete every reply the buffer holds in full, in FIFO order.
     fn complete(&mut self, rbuf: &mut BytesMut, wbuf: &mut BytesMut) -> Result<(), Broken> {
+        let now = Instant::now();
         while !rbuf.is_empty() {
             let Some(front) = self.slots.front() else {
                 return Err(Broken::ReplyWithoutRequest);
@@ -312,25 +346,35 @@ impl<C: Codec> Connection<C> {
             let Some(slot) = self.slots.pop_front() else {
                 return Err(Broken::ReplyWithoutRequest);
             };
+            self.stamped = self.stamped.saturating_sub(1);
+            // The next reply's clock starts no earlier than now: the time
+            // spent receiving the replies before it is not its server's delay.
+            if let Some(next) = self.slots.front_mut().filter(|_| self.stamped > 0) {
+                next.sent = next.sent.max(now);
+            }
             let Some(caller) = slot.caller else {
                 continue;
             };
             if let Delivery::Resend(caller) = self.codec.deliver(caller, reply) {
-                let now = Instant::now();
+                let before = wbuf.len();
                 let (replies, expect) = self.codec.resend_preamble(wbuf);
+                self.queued += (wbuf.len() - before) as u64;
                 for _ in 0..replies {
                     self.slots.push_back(Slot {
                         bytes: Bytes::new(),
                         expect,
                         caller: None,
+                        end: self.queued,
                         sent: now,
                     });
                 }
                 wbuf.extend_from_slice(&slot.bytes);
+                self.queued += slot.bytes.len() as u64;
                 self.slots.push_back(Slot {
                     bytes: slot.bytes,
                     expect: slot.expect,
                     caller: Some(caller),
+                    end: self.queued,
                     sent: now,
                 });
             }

@@ -21,6 +21,7 @@ pub struct Settings {
     pub allow_flush_all: bool,
     pub idle_timeout: Option<Duration>,
     pub max_pending_replies: usize,
+    pub max_pending_bytes: usize,
 }
 
 impl Settings {
@@ -35,6 +36,7 @@ impl Settings {
             idle_timeout: (server.idle_timeout_ms > 0)
                 .then(|| Duration::from_millis(server.idle_timeout_ms)),
             max_pending_replies: server.max_pending_replies,
+            max_pending_bytes: server.max_pending_bytes,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! * `limits`: slow consumers, max connections, idle timeout.
 //! * `faults`: kills, pauses, reloads, SIGTERM and a slow consumer under a
 //!   verifying load (no cross-talk, no stale values, no lost writes).
+//! * `slow_consumer`: a client that never reads does not stall the others.
 //!
 //! Everything runs against real `redis-server` and `memshift` processes;
 //! every wait is a poll with a deadline.
@@ -17,6 +18,7 @@ mod faults;
 mod health;
 mod limits;
 mod reload;
+mod slow_consumer;
 
 use std::time::Duration;
 

@@ -21,6 +21,7 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("drain_timeout_ms", s.drain_timeout_ms);
     o.raw("allow_flush_all", s.allow_flush_all);
     o.raw("max_pending_replies", s.max_pending_replies);
+    o.raw("max_pending_bytes", s.max_pending_bytes);
     o.raw("max_line_length", s.max_line_length);
 
     o.section("log");

@@ -29,6 +29,9 @@ pub struct ServerConfig {
     pub allow_flush_all: bool,
     /// Replies a client may have queued before it is closed as a slow consumer.
     pub max_pending_replies: usize,
+    /// Reply bytes a client may have queued (received from backends, not
+    /// yet written to it) before it is closed as a slow consumer.
+    pub max_pending_bytes: usize,
     /// Longest command line (without data block) accepted, in bytes.
     pub max_line_length: usize,
 }
@@ -45,6 +48,7 @@ impl Default for ServerConfig {
             drain_timeout_ms: 10_000,
             allow_flush_all: true,
             max_pending_replies: 10_000,
+            max_pending_bytes: 64 * 1024 * 1024,
             max_line_length: 2048,
         }
     }

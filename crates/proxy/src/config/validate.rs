@@ -63,6 +63,11 @@ fn server(c: &Config) -> Check {
         s.max_pending_replies as u64,
         1,
     )?;
+    at_least(
+        "server.max_pending_bytes",
+        s.max_pending_bytes as u64,
+        1024 * 1024,
+    )?;
     if !(MIN_LINE_LENGTH..=MAX_LINE_LENGTH).contains(&s.max_line_length) {
         return Err(format!(
             "server.max_line_length: {} is out of range; must be {MIN_LINE_LENGTH} to {MAX_LINE_LENGTH} bytes",

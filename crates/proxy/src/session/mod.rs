@@ -37,12 +37,18 @@ use pool::{Buffer, ReplyChannel};
 
 /// Requests waiting on backends before the session stops reading from the client.
 const MAX_WAITING: usize = 1024;
+/// Reply bytes (estimated) a session may have in flight on the backends
+/// before it stops dispatching (and reading): sessions share pipelined
+/// backend connections, so this bounds how much of another client's reply
+/// traffic one session's requests can sit in front of.
+const MAX_IN_FLIGHT_BYTES: usize = 4 * 1024 * 1024;
+/// A new session's guess of its next reply's size: its first batch may put
+/// `MAX_IN_FLIGHT_BYTES / FIRST_REPLY_ESTIMATE` (128) requests in flight
+/// before any reply says how large they are; fewer would hold back a
+/// pipelined batch of small gets behind a slow shard.
+const FIRST_REPLY_ESTIMATE: usize = 32 * 1024;
 /// Output buffered before replies stay queued instead (the client is not reading).
 const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
-/// Reply bytes a client may have waiting (on top of `MAX_OUTPUT_BYTES`)
-/// before it is closed as a slow consumer: bounds memory even when each
-/// queued reply is a large value.
-const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// First read buffer of a connection: small, so that thousands of idle
 /// connections cost little; it grows by `READ_CHUNK` once traffic fills it.
@@ -103,14 +109,24 @@ pub struct Session {
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
     max_item_size: usize,
+    /// `server.max_pending_bytes` as of the last input: reply bytes a
+    /// client may have waiting (on top of `MAX_OUTPUT_BYTES`) before it is
+    /// closed as a slow consumer.
+    max_pending_bytes: usize,
     /// Bytes of backend replies held by `pending`.
     pending_bytes: usize,
+    /// Expected size of a reply: the largest recent one (halved by each
+    /// smaller one), for `MAX_IN_FLIGHT_BYTES`.
+    reply_estimate: usize,
 }
 
 impl Session {
     pub fn new(proxy: Arc<Proxy>, id: u64) -> Session {
         let seed = twox_hash::XxHash3_64::oneshot_with_seed(proxy.cas_seed, &id.to_le_bytes());
-        let max_pending_replies = proxy.settings.load().max_pending_replies;
+        let settings = proxy.settings.load();
+        let (max_pending_replies, max_pending_bytes) =
+            (settings.max_pending_replies, settings.max_pending_bytes);
+        drop(settings);
         Session {
             proxy,
             lane: id as usize,
@@ -128,7 +144,9 @@ impl Session {
             read_closed: false,
             max_pending_replies,
             max_item_size: 0,
+            max_pending_bytes,
             pending_bytes: 0,
+            reply_estimate: FIRST_REPLY_ESTIMATE,
             cas: CasGenerator::new(seed),
             closing: false,
             draining: false,
@@ -243,7 +261,7 @@ impl Session {
         loop {
             self.flush_ready();
             if self.pending.len() > self.max_pending_replies
-                || self.pending_bytes > MAX_PENDING_BYTES.max(4 * self.max_item_size)
+                || self.pending_bytes > self.max_pending_bytes.max(4 * self.max_item_size)
             {
                 bump(&self.proxy.stats.slow_consumers_closed);
                 self.proxy.metrics.slow_consumer_closed();
@@ -262,7 +280,7 @@ impl Session {
                     SessionEnd::Quit
                 });
             }
-            let reading = !self.closing && !self.draining && self.waiting < MAX_WAITING;
+            let reading = !self.closing && !self.draining && self.room_to_dispatch();
             // Grow only when unparsed input is waiting for room (or there is
             // no buffer yet): a quiet connection keeps its small buffer.
             let spare = self.rbuf.capacity() - self.rbuf.len();
@@ -298,7 +316,7 @@ impl Session {
                             self.complete(reply);
                         }
                         // Requests the client already sent may be waiting
-                        // in the buffer for room (MAX_WAITING): go on.
+                        // in the buffer for room (`room_to_dispatch`): go on.
                         if !self.rbuf.is_empty() {
                             self.process_input();
                         }
@@ -339,7 +357,7 @@ impl Session {
                 _ = shutdown.changed(), if !self.closing && !self.draining => {
                     // Drain: stop reading; answer everything already read
                     // (in flight, or parsed-to-be in the buffer, held back
-                    // by MAX_WAITING) before closing.
+                    // by `room_to_dispatch`) before closing.
                     self.draining = true;
                 }
             }
@@ -352,9 +370,10 @@ impl Session {
         let limits = settings.limits;
         self.max_pending_replies = settings.max_pending_replies;
         self.max_item_size = settings.limits.max_item_size;
+        self.max_pending_bytes = settings.max_pending_bytes;
         let now = Instant::now();
         self.current_start = now;
-        while !self.closing && self.waiting < MAX_WAITING {
+        while !self.closing && self.room_to_dispatch() {
             if self.skip > 0 {
                 let n = self.skip.min(self.rbuf.len());
                 self.rbuf.advance(n);
@@ -424,6 +443,14 @@ impl Session {
         }
     }
 
+    /// Room for another backend request: few enough in flight, by count
+    /// and by expected reply bytes (a slow reader's large replies must not
+    /// fill the shared backend connections; it waits for its own instead).
+    fn room_to_dispatch(&self) -> bool {
+        self.waiting < MAX_WAITING
+            && self.waiting.saturating_mul(self.reply_estimate) < MAX_IN_FLIGHT_BYTES
+    }
+
     fn push_ready(&mut self, op: Op) {
         if matches!(op, Op::Close) {
             self.closing = true;
@@ -478,6 +505,7 @@ impl Session {
             return;
         };
         let size = reply.result.as_ref().map_or(0, |r| r.size());
+        self.reply_estimate = size.max(self.reply_estimate / 2);
         if pending.waiting > 0 && pending.results.set(reply.part, reply.result) {
             pending.bytes += size;
             self.pending_bytes += size;

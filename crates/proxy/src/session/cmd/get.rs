@@ -16,7 +16,7 @@ use super::unix_now;
 use super::Tag;
 use crate::config::Phase;
 use crate::redis::translate::{self, Expiry};
-use crate::redis::{encoding, BackendError, Reply};
+use crate::redis::{encoding, Reply};
 use crate::router::{Access, Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
 
@@ -271,11 +271,23 @@ impl Session {
         let routes = proxy.router.load();
         let migration = routes.migration();
         let parts = results.len();
+        // A key whose backend failed or timed out is neither a hit nor a
+        // miss, and memcached never answers part of a get: the whole request
+        // gets the error (a client retries it or counts a failure; left out,
+        // the key would look like a miss of a stored key).
+        let failed = (0..r.keys.len()).find_map(|i| {
+            match r.plan.slot(i).and_then(|slot| results.get(slot.part)) {
+                Some(Err(e)) => Some(*e),
+                _ => None,
+            }
+        });
+        if let Some(e) = failed {
+            self.wbuf.extend_from_slice(e.reply_line());
+            return;
+        }
         // Where the next VALUE of each memcached part starts.
         // Allocated only when a memcached reply is read.
         let mut cursors: Vec<usize> = Vec::new();
-        let mut answered = 0usize;
-        let mut first_error: Option<BackendError> = None;
         let mut compared: Option<Compared> = None;
         for (i, key) in r.keys.iter().enumerate() {
             let Some(slot) = r.plan.slot(i) else {
@@ -293,18 +305,9 @@ impl Session {
                     }
                     next_value(raw, &mut cursors[slot.part as usize], key)
                 }
-                Some(Err(e)) => {
-                    first_error.get_or_insert(*e);
-                    None
-                }
-                None => None,
+                // Errors were answered above; no result is not a miss either.
+                Some(Err(_)) | None => continue,
             };
-            // A key whose backend failed is neither a hit nor a miss.
-            let failed = !matches!(results.get(slot.part), Some(Ok(_)));
-            if failed {
-                continue;
-            }
-            answered += 1;
             // Per-backend hit rates count what the primary had; a value the
             // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
@@ -357,13 +360,7 @@ impl Session {
                 None => bump(&stats.get_misses),
             }
         }
-        match first_error {
-            // When no backend involved answered, the request failed; keys of
-            // a failed backend in a multi-get are left out (like misses) so
-            // the others are still served.
-            Some(e) if answered == 0 => self.wbuf.extend_from_slice(e.reply_line()),
-            _ => self.wbuf.extend_from_slice(reply::END),
-        }
+        self.wbuf.extend_from_slice(reply::END);
         if let Some((key, side, primary)) = compared {
             crate::compare::spawn(proxy.clone(), key, side, primary);
         }

@@ -35,6 +35,13 @@ pub(super) use meta::MetaOp;
 const CMD_BUF_CHUNK: usize = 4 * 1024;
 const CMD_BUF_LOW: usize = 512;
 
+/// A request's own deadline, in backend timeouts from when it was queued: a
+/// backstop only. The backend connection times each request from when it
+/// was written (and the reply before it was complete) and fails it with a
+/// timeout; counting from the queueing here would fail requests that only
+/// waited behind another client's large replies (twemproxy #526).
+const BACKSTOP_TIMEOUTS: u32 = 3;
+
 /// Where a request's backend replies go (its sequence number) and until
 /// when they are awaited.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +55,7 @@ impl Session {
         let routes = self.proxy.router.load();
         let tag = Tag {
             seq: self.next_seq(),
-            deadline: now + routes.redis().request_timeout,
+            deadline: now + routes.redis().request_timeout * BACKSTOP_TIMEOUTS,
         };
         if !info::answered_here(&request) {
             self.reserve_command_room();
