@@ -134,7 +134,11 @@ async fn stuck_requests_time_out_and_down_fails_fast() {
     let rx = request(&pipe, "x\n".to_string());
     assert_eq!(rx.await.expect("answered"), Err(BackendError::Timeout));
 
-    let unreachable = Pipeline::start(Local("127.0.0.1:1".to_string()), settings(100), 10);
+    // A port nothing listens on: bound, then closed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let unreachable = Pipeline::start(Local(closed.to_string()), settings(100), 10);
     tokio::time::sleep(Duration::from_millis(20)).await;
     let rx = request(&unreachable, "x\n".to_string());
     assert_eq!(rx.await.expect("answered"), Err(BackendError::Unavailable));
