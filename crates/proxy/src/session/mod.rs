@@ -42,11 +42,13 @@ const MAX_WAITING: usize = 1024;
 /// backend connections, so this bounds how much of another client's reply
 /// traffic one session's requests can sit in front of.
 const MAX_IN_FLIGHT_BYTES: usize = 4 * 1024 * 1024;
-/// A new session's guess of its next reply's size: its first batch may put
-/// `MAX_IN_FLIGHT_BYTES / FIRST_REPLY_ESTIMATE` (128) requests in flight
-/// before any reply says how large they are; fewer would hold back a
-/// pipelined batch of small gets behind a slow shard.
-const FIRST_REPLY_ESTIMATE: usize = 32 * 1024;
+/// A new session's guess of its next reply's size, until replies say how
+/// large they are: its first batch puts at most
+/// `MAX_IN_FLIGHT_BYTES / FIRST_REPLY_ESTIMATE` (4) requests in flight, so a
+/// burst of gets for large values cannot sit in front of other clients'
+/// replies; each smaller reply halves the guess, so a pipelining client of
+/// small values reaches full depth within a few round trips.
+const FIRST_REPLY_ESTIMATE: usize = 1024 * 1024;
 /// Output buffered before replies stay queued instead (the client is not reading).
 const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
