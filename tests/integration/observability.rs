@@ -143,6 +143,12 @@ fn metrics_exposition_parses_with_a_prometheus_parser() {
     ] {
         assert!(names.contains(family), "{family} missing from /metrics");
     }
+    // Pre-registered at 0: only a drain that times out counts.
+    assert_eq!(
+        metric_value(&text, "memshift_drain_aborted_connections_total"),
+        Some(0.0),
+        "memshift_drain_aborted_connections_total missing from /metrics or not 0"
+    );
     // The duration is a histogram (buckets), not a summary.
     assert!(
         scrape

@@ -14,11 +14,13 @@ mod memcache_support;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use memcache_support::{render_on_empty_cache, run, Memcached};
-use memshift_protocol::memcache::ParseLimits;
+use memcache_support::{render_on_empty_cache, run, Event, Memcached};
+use memshift_protocol::memcache::{unterminated_line_closes, ParseLimits};
 
 const SENTINEL: &[u8] = b"version\r\n";
 const SENTINEL_REPLY: &[u8] = b"VERSION 1.6.18\r\n";
+/// Bytes per write of a trickled input (30 ms apart).
+const TRICKLE_PIECE: usize = 1000;
 
 fn cases() -> Vec<Vec<u8>> {
     let k250 = "k".repeat(250);
@@ -187,6 +189,15 @@ fn cases() -> Vec<Vec<u8>> {
     c.push(format!("version{}\r\n", " x".repeat(30)).into_bytes());
     c.push(format!("stats reset{}\r\n", " x".repeat(30)).into_bytes());
     c.push([&[b'x'; 2048][..], b"\r\n"].concat());
+    // Lines over 2048 bytes read whole are served, up to the 16 KiB buffer.
+    c.push([&[b'x'; 2049][..], b"\r\n"].concat());
+    c.push([&b"delete a"[..], &[b' '; 3000], b"\r\n"].concat());
+    for text in [2100, 16382, 16383] {
+        let mut line = b"mg a v".to_vec();
+        line.resize(text, b' ');
+        line.extend(b"\r\n");
+        c.push(line);
+    }
     // Item size threshold at the default -I 1m, key "b", flags 0 and 1.
     for (flags, fits) in [(0, 1048516), (1, 1048512)] {
         for len in [fits, fits + 1] {
@@ -358,13 +369,15 @@ fn meta_cases() -> Vec<Vec<u8>> {
 
 /// Inputs over 2048 bytes without `\n` go out in pieces with pauses, so
 /// memcached sees them trickle in (its verdict depends on what one read
-/// returns; the parser assumes trickling).
+/// returns: `expected` asks `unterminated_line_closes` after each piece).
 fn trickled_cases() -> Vec<Vec<u8>> {
     let keys: Vec<u8> = (0..400)
         .flat_map(|i| format!(" key{i:05}").into_bytes())
         .collect();
     vec![
         [&b"set a 0 0 1"[..], &[b' '; 3000]].concat(),
+        [&b"mg a v"[..], &[b' '; 3100], b"\r\n"].concat(),
+        [&b"mg a v"[..], &[b' '; 1500], b"\r\n"].concat(),
         [&b"gat 0"[..], &keys[..], b"\r\n"].concat(),
         [&b"get"[..], &keys[..], b"\r\n"].concat(),
         [&b"gets"[..], &keys[..], b"\r\n"].concat(),
@@ -385,7 +398,7 @@ fn talk(server: &Memcached, input: &[u8], trickle: bool, want_len: usize) -> (Ve
     conn.read_exact(&mut ok).unwrap();
     assert_eq!(&ok, b"OK\r\n");
     if trickle {
-        for piece in input.chunks(1000) {
+        for piece in input.chunks(TRICKLE_PIECE) {
             if conn.write_all(piece).is_err() {
                 break;
             }
@@ -408,7 +421,21 @@ fn talk(server: &Memcached, input: &[u8], trickle: bool, want_len: usize) -> (Ve
     }
 }
 
-fn expected(input: &[u8]) -> (Vec<u8>, bool) {
+fn expected(input: &[u8], trickle: bool) -> (Vec<u8>, bool) {
+    if trickle {
+        // memcached judges what each piece leaves in its buffer.
+        let ends = (TRICKLE_PIECE..input.len()).step_by(TRICKLE_PIECE);
+        for end in ends.chain([input.len()]) {
+            let (events, left) = run(&input[..end], &ParseLimits::default());
+            let stalled = usize::try_from(left).is_ok_and(|left| {
+                left > 0
+                    && unterminated_line_closes(&input[end - left..end], &ParseLimits::default())
+            });
+            if stalled || matches!(events.last(), Some(Event::Close)) {
+                return (Vec::new(), true);
+            }
+        }
+    }
     let whole = [input, SENTINEL].concat();
     let (events, left) = run(&whole, &ParseLimits::default());
     let (mut bytes, closed) = render_on_empty_cache(&events);
@@ -441,7 +468,7 @@ fn parser_agrees_with_memcached() {
     let mut count = 0;
     for (input, trickle) in all {
         count += 1;
-        let (want, want_closed) = expected(&input);
+        let (want, want_closed) = expected(&input, trickle);
         let (got, got_closed) = talk(&server, &input, trickle, want.len());
         let got_shown = if got_closed { Vec::new() } else { got.clone() };
         if got_shown != want || got_closed != want_closed {

@@ -13,6 +13,7 @@ use memshift_protocol::memcache::{
     base64, parse_request, reply, ArithCommand, MetaCommand, MetaFlags, MetaSetMode, ParseLimits,
     Parsed, ProtocolError, Request, RetrievalCommand, StorageCommand, ITEM_OVERHEAD,
 };
+use memshift_protocol::memcache::{unterminated_line_closes, READ_BUFFER_SIZE};
 
 const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
@@ -1044,33 +1045,146 @@ fn retrieval_without_keys() {
 
 // ------------------------------------------------------------ over-long lines
 
+/// `input` waits for more bytes, and memcached closes the connection if a
+/// read leaves it so (more than 2048 bytes of a line that is not a
+/// multi-get without their `\n`).
+fn assert_closes_when_stalled(input: &[u8]) {
+    assert_eq!(parse(input), Parsed::Incomplete, "{}", show_start(input));
+    assert!(
+        unterminated_line_closes(input, &ParseLimits::default()),
+        "{}",
+        show_start(input)
+    );
+}
+
+/// `input` waits for more bytes, for as long as they take.
+fn assert_waits(input: &[u8]) {
+    assert_eq!(parse(input), Parsed::Incomplete, "{}", show_start(input));
+    assert!(
+        !unterminated_line_closes(input, &ParseLimits::default()),
+        "{}",
+        show_start(input)
+    );
+}
+
+fn show_start(input: &[u8]) -> String {
+    format!(
+        "{:?} ({} bytes)",
+        String::from_utf8_lossy(&input[..input.len().min(60)]),
+        input.len()
+    )
+}
+
 #[test]
 fn long_lines_that_are_not_multigets_close() {
-    // memcached 1.6.18: 2048 bytes without `\n` wait, 2049 close; 2048 bytes
+    // memcached 1.6.18: 2048 bytes without `\n` wait, 2049 close once a
+    // read leaves them so (here: whatever follows arrives later); 2048 bytes
     // and then `\r\n` is still read as a line (ERROR).
-    assert_eq!(parse(&[b'x'; 2048]), Parsed::Incomplete);
-    assert_closes(&[b'x'; 2049]);
+    assert_waits(&[b'x'; 2048]);
+    assert_closes_when_stalled(&[b'x'; 2049]);
     let mut line = vec![b'x'; 2048];
     line.extend(b"\r\n");
     assert_reply(&line, ERROR);
-    let mut line = vec![b'x'; 2049];
-    line.extend(b"\r\n");
-    assert_closes(&line);
+    // 2048 bytes and a `\r` that waits for its `\n`: 2049 bytes, closed.
+    let mut line = vec![b'x'; 2048];
+    line.push(b'\r');
+    assert_closes_when_stalled(&line);
     // `set a 0 0 1` followed by 3000 spaces: closed.
     let mut line = b"set a 0 0 1".to_vec();
     line.extend([b' '; 3000]);
-    assert_closes(&line);
+    assert_closes_when_stalled(&line);
     // gat is not a multiget for this rule: a 3 KiB gat line closes when it
     // trickles in.
     let keys: Vec<u8> = (0..400)
         .flat_map(|i| format!("key{i:05} ").into_bytes())
         .collect();
-    assert_closes(&[&b"gat 0 "[..], &keys[..2500]].concat());
+    assert_closes_when_stalled(&[&b"gat 0 "[..], &keys[..2500]].concat());
     // Nor are `get` without a space, `getx `, or a get after 101 spaces.
-    assert_closes(&[&b"get"[..], &[b'x'; 2500]].concat());
-    assert_closes(&[&b"getx "[..], &keys[..2500]].concat());
-    assert_closes(&[&[b' '; 101][..], b"get ", &keys[..2500]].concat());
-    assert_closes(&[&b"gets"[..], &[b'x'; 2100]].concat());
+    assert_closes_when_stalled(&[&b"get"[..], &[b'x'; 2500]].concat());
+    assert_closes_when_stalled(&[&b"getx "[..], &keys[..2500]].concat());
+    assert_closes_when_stalled(&[&[b' '; 101][..], b"get ", &keys[..2500]].concat());
+    assert_closes_when_stalled(&[&b"gets"[..], &[b'x'; 2100]].concat());
+    // A command waiting for its data block is not a line.
+    let mut set = b"set a 0 0 5000\r\n".to_vec();
+    set.extend([b'x'; 3000]);
+    assert_waits(&set);
+}
+
+#[test]
+fn long_lines_read_whole_are_served() {
+    // memcached 1.6.18 serves a line over 2048 bytes when its `\n` comes in
+    // the same read: `mg k v` + 2100 spaces is EN, a 2049-byte unknown
+    // command is ERROR, a 3 KiB gat line is a gat.
+    let mut mg = b"mg k v".to_vec();
+    mg.extend([b' '; 2100]);
+    mg.extend(b"\r\n");
+    match complete(&mg) {
+        Request::Meta { command, key, .. } => {
+            assert_eq!(command, MetaCommand::Get);
+            assert_eq!(key, b"k");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut line = vec![b'x'; 2049];
+    line.extend(b"\r\n");
+    assert_reply(&line, ERROR);
+    let keys: Vec<u8> = (0..400)
+        .flat_map(|i| format!(" key{i:05}").into_bytes())
+        .collect();
+    let gat = [&b"gat 0"[..], &keys[..], b"\r\n"].concat();
+    assert_eq!(keys_of(&complete(&gat)).len(), 400);
+    let mut delete = b"delete k".to_vec();
+    delete.extend([b' '; 3000]);
+    delete.extend(b"\r\n");
+    assert!(matches!(complete(&delete), Request::Delete { .. }));
+}
+
+#[test]
+fn lines_past_the_read_buffer_close() {
+    // memcached's 16 KiB read buffer: a line of 16,382 bytes and `\r\n` is
+    // served, one byte more closes (`\n` alone: 16,383 served, 16,384
+    // closed); without a `\n` the line closes once it fills the buffer.
+    for (text, end, served) in [
+        (16382, &b"\r\n"[..], true),
+        (16383, b"\r\n", false),
+        (16383, b"\n", true),
+        (16384, b"\n", false),
+    ] {
+        let mut line = b"mg k v".to_vec();
+        line.resize(text, b' ');
+        line.extend(end);
+        if served {
+            assert!(matches!(complete(&line), Request::Meta { .. }));
+        } else {
+            assert_closes(&line);
+        }
+    }
+    assert_eq!(READ_BUFFER_SIZE, 16384);
+    assert_closes_when_stalled(&[b'x'; READ_BUFFER_SIZE - 1]);
+    assert_closes(&[b'x'; READ_BUFFER_SIZE]);
+    // Multi-gets have no such bound.
+    let keys: Vec<u8> = (0..3000)
+        .flat_map(|i| format!(" key{i:05}").into_bytes())
+        .collect();
+    let get = [&b"get"[..], &keys[..], b"\r\n"].concat();
+    assert!(get.len() > READ_BUFFER_SIZE);
+    assert_eq!(keys_of(&complete(&get)).len(), 3000);
+    assert_waits(&get[..READ_BUFFER_SIZE + 1]);
+    // A larger max_line_len lets more wait, and more be whole.
+    let roomy = ParseLimits {
+        max_line_len: 50_000,
+        ..ParseLimits::default()
+    };
+    assert_eq!(roomy.max_whole_line(), 50_002);
+    let mut line = b"mg k v".to_vec();
+    line.resize(40_000, b' ');
+    assert_eq!(parse_request(&line, &roomy), Parsed::Incomplete);
+    assert!(!unterminated_line_closes(&line, &roomy));
+    line.extend(b"\r\n");
+    assert!(matches!(
+        parse_request(&line, &roomy),
+        Parsed::Complete { .. }
+    ));
 }
 
 #[test]
@@ -1082,7 +1196,7 @@ fn long_multigets_are_fine() {
         .collect();
     for prefix in [&b"get"[..], b"gets", &[&[b' '; 100][..], b"get"].concat()] {
         let partial = [prefix, &keys[..2500]].concat();
-        assert_eq!(parse(&partial), Parsed::Incomplete);
+        assert_waits(&partial);
         let full = [prefix, &keys[..], b"\r\n"].concat();
         assert_eq!(keys_of(&complete(&full)).len(), 400);
     }

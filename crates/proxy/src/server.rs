@@ -145,10 +145,10 @@ async fn accept_loop(
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(
-            remaining = sessions.len(),
-            "drain timeout: closing remaining connections"
-        );
+        // Aborted sessions write none of their remaining replies.
+        let remaining = sessions.len();
+        proxy.metrics.drain_aborted(remaining);
+        tracing::warn!(remaining, "drain timeout: closing remaining connections");
         sessions.abort_all();
     }
 }

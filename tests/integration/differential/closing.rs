@@ -36,10 +36,76 @@ pub(super) fn closing_cases() -> Vec<(&'static str, Vec<u8>)> {
         // a newline, unless it is a get/gets (large multi-gets).
         ("line too long without newline", vec![b'x'; 4096]),
         ("long get line without newline", long_get),
+        // A longer line whose `\n` comes in the same read is served, up to
+        // memcached's 16 KiB read buffer.
+        (
+            "long mg line read whole",
+            long_line(b"mg qa v", 2100, b"\r\n"),
+        ),
+        (
+            "long delete line read whole",
+            long_line(b"delete qa", 3000, b"\r\n"),
+        ),
+        ("long gat line read whole", long_keys(b"gat 0", 400)),
+        ("long get line read whole", long_keys(b"get", 3000)),
+        (
+            "line filling the read buffer",
+            long_line(b"mg qa v", 16382, b"\r\n"),
+        ),
+        (
+            "line past the read buffer",
+            long_line(b"mg qa v", 16383, b"\r\n"),
+        ),
+        (
+            "line far past the read buffer",
+            long_line(b"mg qa v", 20000, b"\r\nmn\r\n"),
+        ),
         ("incomplete data block", b"set qd 0 0 10\r\nabc".to_vec()),
         ("incomplete command line", b"get qa".to_vec()),
         ("shutdown (disabled)", b"shutdown\r\n".to_vec()),
     ]
+}
+
+/// (name, pieces): each piece is sent once the server has gone quiet (or
+/// closed) after the previous one, so it judges each piece on its own.
+pub(super) fn trickled_closing_cases() -> Vec<(&'static str, Vec<Vec<u8>>)> {
+    let get = long_keys(b"get", 3000);
+    let (get_head, get_tail) = get.split_at(5000);
+    vec![
+        (
+            "long mg line without its newline, then the newline",
+            vec![long_line(b"mg qa v", 2100, b""), b"\r\n".to_vec()],
+        ),
+        (
+            "mg line in two pieces under 2048 bytes each",
+            vec![
+                long_line(b"mg qa v", 1000, b""),
+                long_line(b"", 1100, b"\r\n"),
+            ],
+        ),
+        (
+            "long get line in two pieces",
+            vec![get_head.to_vec(), get_tail.to_vec()],
+        ),
+    ]
+}
+
+/// `head` padded with spaces to `len` bytes, then `tail`.
+fn long_line(head: &[u8], len: usize, tail: &[u8]) -> Vec<u8> {
+    let mut line = head.to_vec();
+    line.resize(len, b' ');
+    line.extend_from_slice(tail);
+    line
+}
+
+/// `head` and `n` keys, then `\r\n`.
+fn long_keys(head: &[u8], n: usize) -> Vec<u8> {
+    let mut line = head.to_vec();
+    for i in 0..n {
+        line.extend_from_slice(format!(" key{i:05}").as_bytes());
+    }
+    line.extend_from_slice(b"\r\n");
+    line
 }
 
 fn normalize_raw(bytes: &[u8]) -> Vec<u8> {
@@ -61,20 +127,39 @@ fn differential_connection_closing() {
         return;
     };
     let mut diffs = Vec::new();
-    for (name, input) in closing_cases() {
+    let cases = closing_cases()
+        .into_iter()
+        .map(|(name, input)| (name, vec![input]))
+        .chain(trickled_closing_cases());
+    for (name, pieces) in cases {
+        let input = pieces.concat();
         // Both sides at once; a side that stays silent for 2.5 s is "open".
         let results: Vec<(bool, Vec<u8>, bool)> = std::thread::scope(|scope| {
             let handles: Vec<_> = [reference.addr(), target.addr()]
                 .into_iter()
                 .map(|addr| {
-                    let input = &input;
+                    let pieces = &pieces;
                     scope.spawn(move || {
                         let mut c = connect(&addr);
-                        let sent = c.send(input);
-                        let (bytes, closed) = c.read_until_closed_or_idle(
+                        let (last, first) = pieces.split_last().expect("a piece");
+                        let mut bytes = Vec::new();
+                        for piece in first {
+                            let _ = c.send(piece);
+                            let (more, closed) = c.read_until_closed_or_idle(
+                                Duration::from_millis(1000),
+                                Duration::from_secs(10),
+                            );
+                            bytes.extend(more);
+                            if closed {
+                                return (false, normalize_raw(&bytes), true);
+                            }
+                        }
+                        let sent = c.send(last);
+                        let (more, closed) = c.read_until_closed_or_idle(
                             Duration::from_millis(2500),
                             Duration::from_secs(10),
                         );
+                        bytes.extend(more);
                         (sent.is_ok(), normalize_raw(&bytes), closed)
                     })
                 })

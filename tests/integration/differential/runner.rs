@@ -224,7 +224,7 @@ pub(super) struct Mismatch {
 }
 
 /// Runs `script` on one connection of fresh servers, comparing replies.
-pub(super) fn run_script(test: &str, script: &[(&str, &[u8])]) {
+pub(super) fn run_script<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)]) {
     let Some((reference, target)) = start_sides(test) else {
         return;
     };
@@ -233,7 +233,7 @@ pub(super) fn run_script(test: &str, script: &[(&str, &[u8])]) {
     let mut cas = CasMap::default();
     let mut diffs = Vec::new();
     for (name, bytes) in script {
-        let script = *bytes;
+        let script = bytes.as_ref();
         let mut req = script.to_vec();
         req.extend_from_slice(b"version\r\n");
         match exchange(&mut r, &mut t, &mut cas, &req, &req, false) {

@@ -13,7 +13,8 @@ mod request;
 
 pub use exptime::{unix_now, Exptime, REALTIME_MAXDELTA};
 pub use parse::{
-    parse_request, ParseLimits, Parsed, ProtocolError, StaleKey, ITEM_OVERHEAD, MAX_LINE_LEN,
+    parse_request, unterminated_line_closes, ParseLimits, Parsed, ProtocolError, StaleKey,
+    ITEM_OVERHEAD, MAX_LINE_LEN, READ_BUFFER_SIZE,
 };
 pub use request::{
     ArithCommand, Keys, MetaCommand, MetaFlags, MetaSetMode, Request, RetrievalCommand,

@@ -56,6 +56,7 @@ pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
 pub const REJECTED_CONNECTIONS: &str = "memshift_rejected_connections_total";
 pub const SLOW_CONSUMERS: &str = "memshift_slow_consumers_total";
+pub const DRAIN_ABORTED: &str = "memshift_drain_aborted_connections_total";
 pub const SHADOW_WRITES: &str = "memshift_shadow_writes_total";
 pub const SHADOW_BREAKER_OPEN: &str = "memshift_shadow_breaker_open";
 pub const COMPARE: &str = "memshift_compare_total";
@@ -67,7 +68,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 18] = [
+pub const FAMILIES: [(&str, &str, &str); 19] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -113,6 +114,11 @@ pub const FAMILIES: [(&str, &str, &str); 18] = [
         SLOW_CONSUMERS,
         "counter",
         "Client connections closed because they did not read their replies.",
+    ),
+    (
+        DRAIN_ABORTED,
+        "counter",
+        "Client connections closed at shutdown because drain_timeout_ms ran out before they finished.",
     ),
     (
         SHADOW_WRITES,

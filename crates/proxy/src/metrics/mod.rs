@@ -47,6 +47,7 @@ pub struct Metrics {
     client_connections_total: Counter,
     rejected_connections: Counter,
     slow_consumers: Counter,
+    drain_aborted: Counter,
     /// `[backend][result]`
     shadow_writes: [[Counter; ShadowResult::LABELS.len()]; Backend::ALL.len()],
     breaker_open: [Gauge; Backend::ALL.len()],
@@ -99,6 +100,7 @@ impl Metrics {
             client_connections_total: counter(r, CLIENT_CONNECTIONS_TOTAL, &[]),
             rejected_connections: counter(r, REJECTED_CONNECTIONS, &[]),
             slow_consumers: counter(r, SLOW_CONSUMERS, &[]),
+            drain_aborted: counter(r, DRAIN_ABORTED, &[]),
             shadow_writes: Backend::ALL.map(|b| {
                 ShadowResult::LABELS.map(|result| {
                     counter(
@@ -197,6 +199,11 @@ impl Metrics {
 
     pub fn slow_consumer_closed(&self) {
         self.slow_consumers.increment(1);
+    }
+
+    /// `n` connections were still open when the drain timeout ran out.
+    pub fn drain_aborted(&self, n: usize) {
+        self.drain_aborted.increment(n as u64);
     }
 
     #[inline]

@@ -305,11 +305,16 @@ fn connections_gauge_goes_up_and_down() {
     m.client_disconnected();
     m.connection_rejected();
     m.slow_consumer_closed();
+    m.drain_aborted(3);
     let text = m.render();
     assert_eq!(value(&text, "memshift_client_connections"), 1.0);
     assert_eq!(value(&text, "memshift_client_connections_total"), 2.0);
     assert_eq!(value(&text, "memshift_rejected_connections_total"), 1.0);
     assert_eq!(value(&text, "memshift_slow_consumers_total"), 1.0);
+    assert_eq!(
+        value(&text, "memshift_drain_aborted_connections_total"),
+        3.0
+    );
 }
 
 #[test]

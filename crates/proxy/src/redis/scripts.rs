@@ -145,11 +145,25 @@ if #s <= old then data = s .. string.rep(' ', old - #s) end
     };
 }
 
+/// memcached 1.6.18 refuses incr/decr/`ma` on a chunked item (one whose
+/// size with its header, `ITEM_OVERHEAD` + key + data + 4 for non-zero flags,
+/// exceeds the 512 KiB `slab_chunk_max`) as non-numeric, whatever it holds.
+/// Expects the stored value in `v`; returns -1 for such an item.
+macro_rules! arith_chunked {
+    () => {
+        r#"local suffix = 0
+if string.sub(v, 2, 5) ~= '\0\0\0\0' then suffix = 4 end
+if #v - 13 + #KEYS[1] + 59 + suffix > 524288 then return -1 end
+"#
+    };
+}
+
 pub const ARITH: &str = concat!(
     r#"
 local v = redis.call('GET', KEYS[1])
 if not v or #v < 13 or string.byte(v, 1) ~= 1 then return 0 end
 "#,
+    arith_chunked!(),
     arith_core!(),
     r#"redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[4] .. data, 'KEEPTTL')
 return s
@@ -222,9 +236,11 @@ if not v or #v < 13 or string.byte(v, 1) ~= 1 then
   set_expiry(ARGV[8], ARGV[9])
   return {3, ARGV[7], -1}
 end
--- memcached refuses an empty value before it compares the CAS
+-- memcached refuses an empty or chunked value before it compares the CAS
 if #v == 13 then return -1 end
-if ARGV[5] ~= '' and string.sub(v, 6, 13) ~= ARGV[5] then return 1 end
+"#,
+    arith_chunked!(),
+    r#"if ARGV[5] ~= '' and string.sub(v, 6, 13) ~= ARGV[5] then return 1 end
 "#,
     arith_core!(),
     r#"local p = redis.call('PTTL', KEYS[1])

@@ -15,6 +15,7 @@
 //! * `pool`: buffers and reply channels shared by the thread's sessions.
 
 mod cmd;
+mod long_line;
 mod pending;
 mod pool;
 
@@ -22,7 +23,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use memshift_protocol::memcache::{base64, parse_request, Parsed, ProtocolError, StaleKey};
+use memshift_protocol::memcache::{
+    base64, parse_request, unterminated_line_closes, Parsed, ProtocolError, StaleKey,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -120,6 +123,9 @@ pub struct Session {
     /// Expected size of a reply: the largest recent one (halved by each
     /// smaller one), for `MAX_IN_FLIGHT_BYTES`.
     reply_estimate: usize,
+    /// The buffer ends in a line over `max_line_length` without its `\n`
+    /// (see `long_line`).
+    line_stalled: bool,
 }
 
 impl Session {
@@ -152,6 +158,7 @@ impl Session {
             cas: CasGenerator::new(seed),
             closing: false,
             draining: false,
+            line_stalled: false,
         }
     }
 
@@ -261,6 +268,9 @@ impl Session {
         let mut idle_deadline = idle.map(|d| self.last_input + d);
         self.process_input();
         loop {
+            if self.line_stalled {
+                self.settle_stalled_line(rd).await;
+            }
             self.flush_ready();
             if self.pending.len() > self.max_pending_replies
                 || self.pending_bytes > self.max_pending_bytes.max(4 * self.max_item_size)
@@ -401,6 +411,7 @@ impl Session {
                     self.current_command = NO_COMMAND;
                 }
                 Parsed::Incomplete => {
+                    self.line_stalled = unterminated_line_closes(&self.rbuf, &limits);
                     // memcached takes multi-get lines of any length; a
                     // request larger than any item plus a generous line is
                     // not one a client sends: close rather than grow.

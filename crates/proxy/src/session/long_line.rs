@@ -1,0 +1,43 @@
+//! memcached's verdict on a long line still missing its `\n`.
+//!
+//! memcached reads all that is ready into its 16 KiB buffer and then closes
+//! a connection whose buffer holds more than 2048 bytes of a line that is
+//! not a multi-get and has no `\n` yet. A read here may return less than
+//! memcached's would (less room in the buffer), so before closing, the
+//! session reads what else is ready, up to memcached's buffer size.
+
+use tokio::io::AsyncRead;
+
+use super::pending::Op;
+use super::{read_ready, Session};
+
+impl Session {
+    /// Settle a line `process_input` left stalled (`line_stalled`): read what
+    /// is ready and parse again; close when nothing more is ready and the
+    /// line is still unterminated.
+    pub(super) async fn settle_stalled_line<R: AsyncRead + Unpin>(&mut self, rd: &mut R) {
+        while self.line_stalled && !self.closing && !self.draining {
+            self.line_stalled = false;
+            let whole = self.proxy.settings.load().limits.max_whole_line();
+            self.rbuf.reserve(whole.saturating_sub(self.rbuf.len()));
+            let n = read_ready(rd, &mut self.rbuf).await;
+            if n == 0 {
+                tracing::debug!(
+                    bytes = self.rbuf.len(),
+                    "closing a client whose line passed max_line_length without a newline"
+                );
+                self.rbuf.clear();
+                self.push_ready(Op::Close);
+                return;
+            }
+            self.proxy
+                .stats
+                .bytes_read
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            // Completes the line, closes (no `\n` within memcached's
+            // buffer), or leaves it stalled again.
+            self.process_input();
+        }
+        self.line_stalled = false;
+    }
+}
