@@ -18,6 +18,7 @@ mod cmd;
 mod long_line;
 mod pending;
 mod pool;
+mod replies;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -33,9 +34,9 @@ use tokio::time::Instant;
 use crate::metrics::command_index;
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
-use crate::redis::{BackendError, BackendReply, ReplyTo};
+use crate::redis::BackendReply;
 use crate::stats::bump;
-use pending::{Op, Pending, Results, NO_COMMAND};
+use pending::{Op, Pending, NO_COMMAND};
 use pool::{Buffer, ReplyChannel};
 
 /// Requests waiting on backends before the session stops reading from the client.
@@ -453,95 +454,6 @@ impl Session {
                     return;
                 }
             }
-        }
-    }
-
-    /// Room for another backend request: few enough in flight, by count
-    /// and by expected reply bytes (a slow reader's large replies must not
-    /// fill the shared backend connections; it waits for its own instead).
-    fn room_to_dispatch(&self) -> bool {
-        self.waiting < MAX_WAITING
-            && self.waiting.saturating_mul(self.reply_estimate) < MAX_IN_FLIGHT_BYTES
-    }
-
-    fn push_ready(&mut self, op: Op) {
-        if matches!(op, Op::Close) {
-            self.closing = true;
-        }
-        self.pending.push_back(Pending {
-            op,
-            command: self.current_command,
-            started: self.current_start,
-            deadline: self.current_start,
-            waiting: 0,
-            bytes: 0,
-            results: Results::None,
-        });
-    }
-
-    fn push_waiting(&mut self, op: Op, parts: u32, deadline: Instant) {
-        if parts == 0 {
-            self.push_ready(op);
-            return;
-        }
-        self.waiting += 1;
-        self.pending.push_back(Pending {
-            op,
-            command: self.current_command,
-            started: self.current_start,
-            deadline,
-            waiting: parts,
-            bytes: 0,
-            results: Results::with_parts(parts),
-        });
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.base_seq + self.pending.len() as u64
-    }
-
-    fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
-        let channel = self.replies.get_or_insert_with(pool::take_channel);
-        ReplyTo {
-            tx: channel.tx.clone(),
-            seq,
-            part,
-        }
-    }
-
-    fn complete(&mut self, reply: BackendReply) {
-        let Some(index) = reply.seq.checked_sub(self.base_seq) else {
-            return; // for a request that already timed out
-        };
-        let index = index as usize;
-        let Some(pending) = self.pending.get_mut(index) else {
-            return;
-        };
-        let size = reply.result.as_ref().map_or(0, |r| r.size());
-        self.reply_estimate = size.max(self.reply_estimate / 2);
-        if pending.waiting > 0 && pending.results.set(reply.part, reply.result) {
-            pending.bytes += size;
-            self.pending_bytes += size;
-            pending.waiting -= 1;
-            if pending.waiting == 0 && !self.start_backfill(index) {
-                self.waiting -= 1;
-            }
-        }
-    }
-
-    /// Answer every overdue request's missing parts with a timeout.
-    fn expire_overdue(&mut self) {
-        let now = Instant::now();
-        for pending in self.pending.iter_mut() {
-            if pending.waiting == 0 {
-                continue;
-            }
-            if pending.deadline > now {
-                break;
-            }
-            pending.results.fill_missing(BackendError::Timeout);
-            pending.waiting = 0;
-            self.waiting -= 1;
         }
     }
 
