@@ -70,9 +70,9 @@ return 2
 /// memcached stores non-zero flags in the item), `ARGV[5]` (optional, `ms`
 /// MA/MP with `C`) = expected CAS (8 bytes). Keeps flags and TTL.
 /// Returns 0 NOT_STORED, 1 STORED, 2 too large (memcached: NOT_STORED),
-/// 3 CAS mismatch (EXISTS). A version 2 item is rewritten whole and loses
-/// its meta state but the base64-key mark (memcached's append makes a new
-/// item).
+/// 3 CAS mismatch (EXISTS). A version 2 item is rewritten as version 1:
+/// memcached's append makes a new item, without the stale, token, fetched
+/// or base64-key marks.
 pub const CONCAT: &str = concat!(
     hlen_fn!(),
     r#"
@@ -89,8 +89,7 @@ if hl == 14 then
   local old = string.sub(v, 15)
   local data = ARGV[2] .. old
   if ARGV[3] == 'a' then data = old .. ARGV[2] end
-  local st = string.char(bit.band(string.byte(v, 14), 8))
-  redis.call('SET', KEYS[1], string.sub(v, 1, 5) .. ARGV[1] .. st .. data, 'KEEPTTL')
+  redis.call('SET', KEYS[1], '\1' .. string.sub(v, 2, 5) .. ARGV[1] .. data, 'KEEPTTL')
   return 1
 end
 if ARGV[3] == 'a' then
