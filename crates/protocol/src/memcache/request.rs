@@ -92,6 +92,8 @@ pub struct MetaFlags {
     pub recache: Option<i64>,
     /// `h` / `l`: hit-before / last-access (mg).
     pub access_info: bool,
+    /// `u`: do not mark the item fetched (mg).
+    pub no_update: bool,
     /// `F<flags>`: client flags (ms).
     pub client_flags: u32,
     /// `C<cas>`: compare CAS (ms, md, ma).

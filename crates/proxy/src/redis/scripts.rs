@@ -37,10 +37,10 @@ pub struct Script {
 /// `cas`: `KEYS[1]`; `ARGV[1]` = expected CAS (8 bytes), `ARGV[2]` = new value
 /// (header + data), `ARGV[3]` = expiry option ("" | "EX" | "EXAT" | "PXAT"),
 /// `ARGV[4]` = its argument, `ARGV[5]` (optional, `ms ... I`) = "1": on a
-/// CAS mismatch a stale item takes the value anyway (memcached: when the
-/// CAS is older; memshift's uniques are not ordered, so any mismatch), and
-/// stays stale with its TTL and win token. Returns 0 NOT_FOUND, 1 EXISTS,
-/// 2 STORED.
+/// CAS mismatch the value is stored anyway, marked stale, with the old TTL
+/// and win token (memcached: when the CAS is older than the item's;
+/// memshift's uniques are not ordered, so on any mismatch). Returns
+/// 0 NOT_FOUND, 1 EXISTS, 2 STORED.
 pub const CAS: &str = concat!(
     hlen_fn!(),
     r#"
@@ -48,10 +48,10 @@ local v = redis.call('GET', KEYS[1])
 local hl = hlen(v)
 if not hl then return 0 end
 if string.sub(v, 6, 13) ~= ARGV[1] then
-  if ARGV[5] ~= '1' or hl ~= 14 or bit.band(string.byte(v, 14), 1) == 0 then return 1 end
-  local nh, nst = 13, 0
-  if string.byte(ARGV[2], 1) == 2 then nh = 14; nst = string.byte(ARGV[2], 14) end
-  nst = bit.bor(nst, bit.band(string.byte(v, 14), 3))
+  if ARGV[5] ~= '1' then return 1 end
+  local nh, nst = 13, 1
+  if string.byte(ARGV[2], 1) == 2 then nh = 14; nst = bit.bor(1, string.byte(ARGV[2], 14)) end
+  if hl == 14 then nst = bit.bor(nst, bit.band(string.byte(v, 14), 2)) end
   redis.call('SET', KEYS[1], '\2' .. string.sub(ARGV[2], 2, 13) .. string.char(nst) .. string.sub(ARGV[2], nh + 1), 'KEEPTTL')
   return 2
 end
@@ -240,7 +240,8 @@ end
 /// threshold in seconds ("" for none); `ARGV[7]` = the TTL in seconds `R`
 /// compares with when a `T` came before it (-1: none; "" to use the
 /// item's); `ARGV[8]` = "1" to read the idle time; `ARGV[9]` = "1" to only
-/// look (`me`: no token, no mark, no touch).
+/// look (`me`: no token, no mark, no touch); `ARGV[10]` = "1" not to mark
+/// the item fetched (`u`).
 ///
 /// A hit marks the item fetched (`h`): the first `mg` rewrites a version 1
 /// item as version 2, later ones write nothing unless they win a token.
@@ -282,7 +283,8 @@ if bit.band(st, 2) == 0 then
     if ttl >= 0 and ttl < tonumber(ARGV[6]) then won = true end
   end
 end
-local nst = bit.bor(st, 4)
+local nst = st
+if ARGV[10] ~= '1' then nst = bit.bor(st, 4) end
 if won then nst = bit.bor(nst, 2) end
 if nst ~= st then
   if hl == 14 then

@@ -248,6 +248,8 @@ pub struct MetaGet {
     pub idle: bool,
     /// `me`: look without changing anything.
     pub peek: bool,
+    /// `u`: do not mark the item fetched.
+    pub no_update: bool,
 }
 
 /// `mg` / `me`: the meta get script.
@@ -260,7 +262,7 @@ pub fn meta_get(buf: &mut BytesMut, key: &[u8], g: &MetaGet) {
         Some((_, Expiry::Never)) | None => (&b""[..], 0),
         Some((_, e)) => script_expiry(Some(e)),
     };
-    let mut w = CommandWriter::new(buf, 13);
+    let mut w = CommandWriter::new(buf, 14);
     w.arg(b"EVALSHA")
         .arg(scripts::sha(scripts::META_GET_SCRIPT))
         .arg(b"1")
@@ -282,7 +284,8 @@ pub fn meta_get(buf: &mut BytesMut, key: &[u8], g: &MetaGet) {
         None => w.arg(b""),
     };
     w.arg(if g.idle { b"1" } else { b"" })
-        .arg(if g.peek { b"1" } else { b"" });
+        .arg(if g.peek { b"1" } else { b"" })
+        .arg(if g.no_update { b"1" } else { b"" });
 }
 
 /// `md ... I`: the meta invalidate script.

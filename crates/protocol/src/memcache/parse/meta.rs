@@ -253,7 +253,8 @@ pub(super) fn preparse(
             },
             b'l' | b'h' => flags.access_info = true,
             b'O' => opaque_too_long |= token.len() > MAX_OPAQUE_LEN,
-            b'P' | b'L' | b'k' | b's' | b'c' | b'f' | b'u' => {}
+            b'P' | b'L' | b'k' | b's' | b'c' | b'f' => {}
+            b'u' => flags.no_update = true,
             b't' => flags.return_ttl = true,
             b'v' => flags.value = true,
             b'q' => flags.quiet = true,

@@ -149,6 +149,7 @@ impl Session {
                     recache_ttl,
                     idle: flags.access_info,
                     peek: false,
+                    no_update: flags.no_update,
                 };
                 translate::meta_get(&mut self.cmd_buf, &key, &get);
                 op.kind = Kind::Get;
