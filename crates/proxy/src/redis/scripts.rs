@@ -352,8 +352,13 @@ if not hl then
   set_expiry(ARGV[8], ARGV[9])
   return {3, ARGV[7], -1}
 end
--- memcached refuses an empty value before it compares the CAS
+-- memcached refuses an empty value, or one it stores in chunks (item over
+-- 512 KB: 48-byte header, key and NUL, data and CRLF, CAS, flags), before
+-- it compares the CAS
 if #v == hl then return -1 end
+local total = 48 + #KEYS[1] + 1 + #v - hl + 2 + 8
+if string.sub(v, 2, 5) ~= '\0\0\0\0' then total = total + 4 end
+if total > 524288 then return -1 end
 if ARGV[5] ~= '' and string.sub(v, 6, 13) ~= ARGV[5] then return 1 end
 "#,
     arith_core!(),
