@@ -123,7 +123,7 @@ pub(super) const META_SCRIPT: &[(&str, &[u8])] = &[
         // memcached takes an older CAS on a stale item: the item stays
         // stale, keeps its TTL and token; without C, I is ignored.
         "ms I with C on a stale item",
-        b"ms ms:sg 2 T100\r\nhi\r\nms ms:sg 2 I C1\r\nno\r\nmd ms:sg I\r\nms ms:sg 2 I C1 c k\r\nzz\r\n\
+        b"ms ms:sg 2 T100\r\nhi\r\nms ms:sg 2 I C0\r\nno\r\nms ms:sg 2 I C1\r\nno\r\nmd ms:sg I\r\nms ms:sg 2 I C1 c k\r\nzz\r\n\
           mg ms:sg v t\r\nms ms:sg 2 I C1\r\nyy\r\nmg ms:sg v\r\nms ms:sg 2 I\r\nqq\r\nmg ms:sg v t\r\n",
     ),
     (

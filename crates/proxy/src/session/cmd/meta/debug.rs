@@ -27,9 +27,8 @@ fn slab_class(size: u64) -> u64 {
     let mut chunk = FIRST_CHUNK;
     let mut class = 1;
     loop {
-        if chunk % 8 != 0 {
-            chunk += 8 - chunk % 8;
-        }
+        // memcached aligns every chunk size to 8 bytes.
+        chunk = chunk.next_multiple_of(8);
         if size <= chunk {
             return class;
         }

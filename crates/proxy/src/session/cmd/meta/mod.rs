@@ -179,7 +179,8 @@ impl Session {
                             state,
                             &data,
                             ex,
-                            flags.invalidate,
+                            // memcached never takes C0 as an older CAS.
+                            flags.invalidate && expected != 0,
                         );
                         StorageCommand::Cas
                     }
