@@ -10,6 +10,7 @@ mod deploy;
 mod differential;
 mod memccapable;
 mod meta_capable;
+mod meta_stampede;
 mod migration;
 mod observability;
 mod ops;

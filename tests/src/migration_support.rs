@@ -233,14 +233,19 @@ pub struct RedisItem {
 }
 
 /// Decodes memshift's value layout: version byte 1, flags u32 BE, CAS u64
-/// BE, data.
+/// BE, data; version 2 has a meta state byte before the data (docs/storage.md).
 pub fn decode_item(raw: &[u8]) -> Option<(u32, u64, Vec<u8>)> {
-    if raw.len() < 13 || raw[0] != 1 {
+    let header = match raw.first() {
+        Some(1) => 13,
+        Some(2) => 14,
+        _ => return None,
+    };
+    if raw.len() < header {
         return None;
     }
     let flags = u32::from_be_bytes(raw[1..5].try_into().ok()?);
     let cas = u64::from_be_bytes(raw[5..13].try_into().ok()?);
-    Some((flags, cas, raw[13..].to_vec()))
+    Some((flags, cas, raw[header..].to_vec()))
 }
 
 /// memshift's value layout for `data` with `flags` (CAS unique 1).

@@ -1221,10 +1221,29 @@ fn meta(input: &[u8]) -> (MetaCommand, Vec<u8>, Vec<u8>, Vec<u8>, MetaFlags) {
 fn meta_noop_takes_anything() {
     assert_eq!(complete(b"mn\r\n"), Request::MetaNoop);
     assert_eq!(complete(b"mn x y\r\n"), Request::MetaNoop);
-    // `me` (memcached's debug dump) is not served; unknown m? commands are
-    // unknown, as in memcached.
-    for line in [&b"me a\r\n"[..], b"me\r\n", b"mx a\r\n", b"mz\r\n"] {
+    // Unknown m? commands are unknown, as in memcached.
+    for line in [&b"mx a\r\n"[..], b"mz\r\n"] {
         assert_reply(line, ERROR);
+    }
+}
+
+#[test]
+fn meta_debug_takes_a_key_and_b() {
+    let (command, key, _, _, flags) = meta(b"me a\r\n");
+    assert_eq!(
+        (command, &key[..], flags.base64),
+        (MetaCommand::Debug, &b"a"[..], false)
+    );
+    // Tokens other than a `b` right after the key are ignored.
+    let (command, .., flags) = meta(b"me Zm9v b x y\r\n");
+    assert_eq!((command, flags.base64), (MetaCommand::Debug, true));
+    let (.., flags) = meta(b"me a x\r\n");
+    assert!(!flags.base64);
+    // memcached 1.6.18: no key, a key over 250 bytes or one that does not
+    // decode under `b`.
+    let long = format!("me {}\r\n", "a".repeat(251));
+    for line in [&b"me\r\n"[..], b"me nokey b\r\n", long.as_bytes()] {
+        assert_reply(line, b"CLIENT_ERROR bad command line format\r\n");
     }
 }
 
@@ -1316,20 +1335,29 @@ fn meta_errors_in_memcached_order() {
 }
 
 #[test]
-fn meta_flags_memshift_does_not_serve() {
-    let invalid = b"CLIENT_ERROR invalid flag\r\n";
-    for line in [
-        &b"mg a N30\r\n"[..],
-        b"mg a R30\r\n",
-        b"mg a h\r\n",
-        b"mg a l\r\n",
-        b"md a I\r\n",
-    ] {
-        assert_reply(line, invalid);
-    }
-    assert_eq!(rejected(b"ms a 2 I C5\r\nhi\r\n"), (&invalid[..], 17));
-    // Without a CAS compare memcached ignores I on ms.
-    meta(b"ms a 2 I\r\nhi\r\n");
+fn meta_anti_stampede_flags() {
+    let (command, _, tokens, _, flags) = meta(b"mg a N30 R5 h l v\r\n");
+    assert_eq!(command, MetaCommand::Get);
+    assert_eq!(tokens, b"N30 R5 h l v");
+    assert_eq!((flags.vivify, flags.recache), (Some(30), Some(5)));
+    assert!(flags.access_info);
+    let (command, .., flags) = meta(b"md a I T30 q\r\n");
+    assert_eq!(command, MetaCommand::Delete);
+    assert!(flags.invalidate && flags.quiet);
+    assert_eq!(flags.ttl, Some(30));
+    let (command, _, _, data, flags) = meta(b"ms a 2 I C5\r\nhi\r\n");
+    assert_eq!(command, MetaCommand::Set);
+    assert_eq!(data, b"hi");
+    assert!(flags.invalidate);
+    assert_eq!(flags.compare_cas, Some(5));
+    assert_reply(
+        b"mg a Rx\r\n",
+        b"CLIENT_ERROR bad token in command line format\r\n",
+    );
+    assert_reply(
+        b"mg a Nx\r\n",
+        b"CLIENT_ERROR bad token in command line format\r\n",
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@ use super::classic_script::{set_padded_counter, UNCHUNKED_MAX_K6};
 use super::runner::run_script;
 
 /// Meta commands: every reply kind (`HD`, `VA`, `EN`, `NS`, `EX`, `NF`,
-/// `MN`), the return flags, `q`, modes, base64 keys, and the error lines,
+/// `MN`, `ME`), the return flags, the anti-stampede flags and tokens, `q`, modes, base64 keys, and the error lines,
 /// each checked against memcached on one connection of fresh servers.
 pub(super) const META_SCRIPT: &[(&str, &[u8])] = &[
     ("mn", b"mn\r\nmn x\r\n"),
@@ -105,6 +105,59 @@ pub(super) const META_SCRIPT: &[(&str, &[u8])] = &[
         b"ms YWJj 2 b\r\nhi\r\nmg YWJj b v\r\nmg YWI= b k\r\nmg YW=j b k\r\nmg YWJjZA=x b k O1\r\n\
           mg YWI b k\r\nmg YW*j b\r\nmg ==== b\r\nmd YWJj b k\r\nmd YWJj b k\r\nma YWJj b k N0\r\nma YWJj b k v\r\n\
           ms YWJj 2 b k c O1\r\nhi\r\nms AA== 1 b\r\nz\r\nmg AA== b k v\r\n",
+    ),
+    (
+        // The anti-stampede tokens: N creates the item on a miss and wins
+        // (W); later readers get Z until an ms replaces it.
+        "mg N: vivify on miss, W then Z",
+        b"mg ms:sa N30 v c t k\r\nmg ms:sa N30 v c t\r\nmg ms:sa v s\r\nms ms:sa 3 T60\r\nabc\r\n\
+          mg ms:sa v t\r\nmg ms:sa N30 v\r\nmg ms:sb N0 v t q\r\nmg ms:sb q s\r\nmg ms:sc N30 T60 t\r\n\
+          mg ms:sc t\r\nmg ms:sd T60 N30 t\r\nmg ms:sd t\r\nget ms:sa ms:sb\r\n",
+    ),
+    (
+        "md I marks stale: X W, then Z X, until ms",
+        b"ms ms:se 2 T100\r\nhi\r\nmd ms:se I T30\r\nmg ms:se v t c k\r\nmg ms:se v t\r\nmg ms:se h\r\n\
+          get ms:se\r\nms ms:se 2\r\nho\r\nmg ms:se v\r\nmd ms:sf I\r\nmd ms:sf I q\r\nmn\r\n\
+          md ms:se I C1\r\nmd ms:se I q\r\nmg ms:se t\r\nmd ms:se I T0\r\nmg ms:se t\r\nmd ms:se\r\nmg ms:se v\r\n",
+    ),
+    (
+        // memcached takes an older CAS on a stale item: the item stays
+        // stale, keeps its TTL and token; without C, I is ignored.
+        "ms I with C on a stale item",
+        b"ms ms:sg 2 T100\r\nhi\r\nms ms:sg 2 I C0\r\nno\r\nms ms:sg 2 I C1\r\nno\r\nmd ms:sg I\r\nms ms:sg 2 I C1 c k\r\nzz\r\n\
+          mg ms:sg v t\r\nms ms:sg 2 I C1\r\nyy\r\nmg ms:sg v\r\nms ms:sg 2 I\r\nqq\r\nmg ms:sg v t\r\n",
+    ),
+    (
+        "mg R: a win token when less TTL remains",
+        b"ms ms:sh 2 T10\r\nhi\r\nmg ms:sh R30 v t\r\nmg ms:sh R30 v t\r\nmg ms:sh R5 t\r\n\
+          ms ms:si 2 T100\r\nhi\r\nmg ms:si R30 t\r\nms ms:sj 2\r\nhi\r\nmg ms:sj R30 t\r\n\
+          mg ms:si T5 R30 t\r\nmg ms:si R30 t\r\nmg ms:sj R0\r\nmg ms:sk R30 v\r\n",
+    ),
+    (
+        "mg h and l",
+        b"ms ms:sl 2\r\nhi\r\nmg ms:sl h l\r\nmg ms:sl l h v\r\nmg ms:sm N30 h l\r\nmg ms:sm h\r\n\
+          mg ms:none h l\r\nma ms:sl h l\r\nms ms:sr 2\r\nhi\r\nmg ms:sr u v\r\nmg ms:sr h\r\n\
+          md ms:sr I\r\nmg ms:sr u v h\r\nmg ms:sr h\r\n",
+    ),
+    (
+        // exp is minus the remaining TTL in memcached 1.6.18; cls and size
+        // are memcached's default slab classes and item sizes.
+        "me",
+        b"me ms:sn\r\nms ms:sn 2 T100\r\nhi\r\nme ms:sn\r\nmg ms:sn v\r\nme ms:sn\r\nms ms:so 5 F7\r\nhello\r\n\
+          me ms:so\r\nme\r\nme ms:sn x\r\nme ms:sn q k\r\nme bm9uZQ== b\r\nme ==== b\r\n",
+    ),
+    (
+        // memcached remembers that an item came through a base64 key.
+        "mg k prints the key as stored",
+        b"ms bXM6Ymlu 2 b\r\nxy\r\nmg bXM6Ymlu b k v\r\nmg ms:bin k v\r\nme ms:bin\r\nme bXM6Ymlu b\r\n\
+          ms ms:bin2 2\r\nxy\r\nmg bXM6YmluMg== b k\r\nms bXM6Ymlu 1 b MA\r\nz\r\nmg ms:bin k v\r\n",
+    ),
+    (
+        "classic commands on stale and vivified items",
+        b"ms ms:sp 3\r\n100\r\nmd ms:sp I\r\nget ms:sp\r\nincr ms:sp 5\r\nmg ms:sp v\r\nmd ms:sp I\r\n\
+          append ms:sp 0 0 2\r\nxx\r\nmg ms:sp v\r\nmd ms:sp I\r\nprepend ms:sp 0 0 2\r\nyy\r\nmg ms:sp v\r\n\
+          md ms:sp I\r\ntouch ms:sp 100\r\nmg ms:sp v t\r\nset ms:sp 0 0 1\r\nz\r\nmg ms:sp v\r\n\
+          mg ms:sq N0\r\nget ms:sq\r\ndelete ms:sq\r\nmg ms:sq v\r\n",
     ),
     (
         "general flag errors",

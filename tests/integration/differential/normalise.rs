@@ -38,6 +38,7 @@ pub(super) fn normalize(units: &[Unit]) -> Vec<Norm> {
                 }
             }
             Unit::Line(l) if is_meta_line(l) => out.push(Norm::Line(meta_normalized(l))),
+            Unit::Line(l) if l.starts_with(b"ME ") => out.push(Norm::Line(debug_normalized(l))),
             Unit::Line(l) => out.push(Norm::Line(l.clone())),
             Unit::Value { header, block, .. } if header.starts_with(b"VA ") => {
                 out.push(Norm::Value {
@@ -84,8 +85,10 @@ fn meta_tokens(l: &[u8]) -> Vec<&[u8]> {
 }
 
 /// A meta reply line with what may differ abstracted: a CAS unique (`c<n>`,
-/// n > 0: checked per key with `meta_cas` instead) and a remaining TTL
-/// (`t<n>`, n > 0: memcached counts whole seconds on its own clock).
+/// n > 0: checked per key with `meta_cas` instead), a remaining TTL
+/// (`t<n>`, n > 0: memcached counts whole seconds on its own clock) and the
+/// seconds since the last access (`l<n>`: memcached's clock against Redis'
+/// LRU clock, both one-second resolution, so 0 and 1 both occur).
 fn meta_normalized(l: &[u8]) -> Vec<u8> {
     let toks = meta_tokens(l);
     let mut out = Vec::with_capacity(l.len());
@@ -93,12 +96,36 @@ fn meta_normalized(l: &[u8]) -> Vec<u8> {
         if i > 0 {
             out.push(b' ');
         }
+        let digits = |rest: &[u8]| !rest.is_empty() && rest.iter().all(u8::is_ascii_digit);
         let positive = |rest: &[u8]| {
             !rest.is_empty() && rest.iter().all(u8::is_ascii_digit) && rest[0] != b'0'
         };
         match t.split_first() {
             Some((b'c', rest)) if i > 0 && positive(rest) => out.extend_from_slice(b"c#"),
             Some((b't', rest)) if i > 0 && positive(rest) => out.extend_from_slice(b"t#"),
+            Some((b'l', rest)) if i > 0 && digits(rest) => out.extend_from_slice(b"l#"),
+            _ => out.extend_from_slice(t),
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// An `me` line (`ME <key> exp=… la=… cas=… fetch=… cls=… size=…`) with
+/// what may differ abstracted, as for [`meta_normalized`]: `exp=` when not
+/// `-1` (minus the remaining TTL), `la=` (seconds since the last access)
+/// and `cas=`.
+fn debug_normalized(l: &[u8]) -> Vec<u8> {
+    let toks = meta_tokens(l);
+    let mut out = Vec::with_capacity(l.len());
+    for (i, t) in toks.iter().enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        match t {
+            t if t.starts_with(b"exp=") && *t != b"exp=-1" => out.extend_from_slice(b"exp=#"),
+            t if t.starts_with(b"la=") => out.extend_from_slice(b"la=#"),
+            t if t.starts_with(b"cas=") => out.extend_from_slice(b"cas=#"),
             _ => out.extend_from_slice(t),
         }
     }

@@ -164,6 +164,34 @@ pub struct MetaReturn {
     pub flags: Option<u32>,
     /// `t`: remaining TTL as memcached prints it (-1: none).
     pub ttl: Option<MetaTtl>,
+    /// `h`: fetched before this request.
+    pub hit_before: Option<bool>,
+    /// `l`: seconds since the last access.
+    pub idle: Option<u64>,
+}
+
+/// memcached's anti-stampede flags, printed after the return flags.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetaTokens {
+    /// A win token went to another client before (`Z`).
+    pub sent_before: bool,
+    /// The item is stale (`X`).
+    pub stale: bool,
+    /// This client won the token (`W`).
+    pub won: bool,
+}
+
+/// ` Z`, ` X`, ` W` in memcached 1.6.18's order.
+pub fn meta_tokens(buf: &mut BytesMut, t: MetaTokens) {
+    if t.sent_before {
+        buf.extend_from_slice(b" Z");
+    }
+    if t.stale {
+        buf.extend_from_slice(b" X");
+    }
+    if t.won {
+        buf.extend_from_slice(b" W");
+    }
 }
 
 /// The TTL `t` prints, which depends on where `t` stands: memcached applies
@@ -179,8 +207,10 @@ pub struct MetaTtl {
 }
 
 /// The return flags of a meta reply, in the order of the request's flag
-/// tokens: ` s<n>`, ` t<n>`, ` c<n>`, ` f<n>`, ` O<opaque>`, ` k<key>` (base64
-/// followed by ` b` when the request said `b`). `key` is the decoded key.
+/// tokens: ` s<n>`, ` t<n>`, ` c<n>`, ` f<n>`, ` h<0|1>`, ` l<n>`,
+/// ` O<opaque>`, ` k<key>` (base64 followed by ` b` when `base64`: the
+/// request said `b`, or for `mg` the item was stored so). `key` is the
+/// decoded key.
 pub fn meta_flags(buf: &mut BytesMut, tokens: &[u8], key: &[u8], base64: bool, ret: &MetaReturn) {
     let mut ttl = ret.ttl.map(|t| t.before);
     for token in tokens.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
@@ -224,6 +254,17 @@ pub fn meta_flags(buf: &mut BytesMut, tokens: &[u8], key: &[u8], base64: bool, r
                     } else {
                         put_u64(buf, t as u64);
                     }
+                }
+            }
+            b'h' => {
+                if let Some(hit) = ret.hit_before {
+                    buf.extend_from_slice(if hit { b" h1" } else { b" h0" });
+                }
+            }
+            b'l' => {
+                if let Some(idle) = ret.idle {
+                    buf.extend_from_slice(b" l");
+                    put_u64(buf, idle);
                 }
             }
             b'O' => {

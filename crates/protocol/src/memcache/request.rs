@@ -42,13 +42,15 @@ pub enum ArithCommand {
     Decr,
 }
 
-/// mg / ms / md / ma.
+/// mg / ms / md / ma / me.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetaCommand {
     Get,
     Set,
     Delete,
     Arith,
+    /// `me <key> [b]`: memcached's item dump.
+    Debug,
 }
 
 /// `ms` mode (`M<mode>`): which storage command the meta set is.
@@ -84,12 +86,14 @@ pub struct MetaFlags {
     pub return_ttl: bool,
     /// `T<exptime>`: new TTL (mg: touch; ms: the item's TTL; ma: on success).
     pub ttl: Option<i64>,
-    /// `N<exptime>`: create on miss with this TTL (ma; mg: not served).
+    /// `N<exptime>`: create on miss with this TTL (ma, mg).
     pub vivify: Option<i64>,
-    /// `R<exptime>`: recache win token (mg; not served).
-    pub recache: bool,
-    /// `h` / `l`: hit-before / last-access (mg; not served).
+    /// `R<seconds>`: recache win token when less TTL remains (mg).
+    pub recache: Option<i64>,
+    /// `h` / `l`: hit-before / last-access (mg).
     pub access_info: bool,
+    /// `u`: do not mark the item fetched (mg).
+    pub no_update: bool,
     /// `F<flags>`: client flags (ms).
     pub client_flags: u32,
     /// `C<cas>`: compare CAS (ms, md, ma).
@@ -335,6 +339,7 @@ impl<B> Request<B> {
                 MetaCommand::Set => "ms",
                 MetaCommand::Delete => "md",
                 MetaCommand::Arith => "ma",
+                MetaCommand::Debug => "me",
             },
         }
     }

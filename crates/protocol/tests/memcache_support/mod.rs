@@ -95,6 +95,13 @@ pub fn render_on_empty_cache(events: &[Event]) -> (Vec<u8>, bool) {
                         ..
                     } => {
                         let code: &[u8] = match command {
+                            MetaCommand::Get if flags.vivify.is_some() => {
+                                panic!("a created item's reply depends on the server")
+                            }
+                            MetaCommand::Debug => {
+                                out.extend_from_slice(b"EN\r\n");
+                                continue;
+                            }
                             MetaCommand::Get if flags.quiet => continue,
                             MetaCommand::Get => b"EN",
                             MetaCommand::Delete => b"NF",

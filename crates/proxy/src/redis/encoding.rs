@@ -12,11 +12,29 @@
 //!
 //! The TTL is the Redis key's own expiry. Keeping everything in one string
 //! makes get and set one Redis command each (GET/MGET, SET with EX/EXAT).
+//!
+//! Format version 2 adds one byte after the CAS, the meta state (`STATE_*`
+//! bits: stale, win token sent, fetched, key stored as base64). Only meta
+//! commands write it (the anti-stampede tokens, `h`, `ms ... b`); every
+//! reader accepts both versions, and any classic write produces version 1,
+//! which is memcached's fresh item (no state).
 
 use bytes::Bytes;
 
 pub const FORMAT_VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 13;
+/// Version 2: the version 1 header plus the meta state byte.
+pub const FORMAT_VERSION_META: u8 = 2;
+pub const HEADER_LEN_META: usize = 14;
+
+/// `md ... I` (or `ms ... I` on a stale item): the item is stale.
+pub const STATE_STALE: u8 = 1;
+/// A win token (`W`) was handed out: later `mg`s get `Z`.
+pub const STATE_TOKEN_SENT: u8 = 2;
+/// An `mg` read the item (`h`).
+pub const STATE_FETCHED: u8 = 4;
+/// Stored with a base64 key (`ms ... b`): `mg ... k` prints it base64.
+pub const STATE_KEY_BINARY: u8 = 8;
 
 /// Build the header for an item.
 pub fn header(flags: u32, cas: u64) -> [u8; HEADER_LEN] {
@@ -27,11 +45,22 @@ pub fn header(flags: u32, cas: u64) -> [u8; HEADER_LEN] {
     h
 }
 
+/// The version 2 header (`state`: `STATE_*` bits).
+pub fn header_meta(flags: u32, cas: u64, state: u8) -> [u8; HEADER_LEN_META] {
+    let mut h = [0u8; HEADER_LEN_META];
+    h[..HEADER_LEN].copy_from_slice(&header(flags, cas));
+    h[0] = FORMAT_VERSION_META;
+    h[HEADER_LEN] = state;
+    h
+}
+
 /// A stored item, decoded without copying the data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
     pub flags: u32,
     pub cas: u64,
+    /// `STATE_*` bits (0 for version 1).
+    pub state: u8,
     pub data: Bytes,
 }
 
@@ -39,15 +68,18 @@ pub struct Item {
 /// short or another format version): they are treated as misses.
 pub fn decode(value: &Bytes) -> Option<Item> {
     let h = value.get(..HEADER_LEN)?;
-    if h[0] != FORMAT_VERSION {
-        return None;
-    }
+    let (state, len) = match h[0] {
+        FORMAT_VERSION => (0, HEADER_LEN),
+        FORMAT_VERSION_META => (*value.get(HEADER_LEN)?, HEADER_LEN_META),
+        _ => return None,
+    };
     let flags = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
     let cas = u64::from_be_bytes([h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12]]);
     Some(Item {
         flags,
         cas,
-        data: value.slice(HEADER_LEN..),
+        state,
+        data: value.slice(len..),
     })
 }
 
@@ -95,6 +127,21 @@ mod tests {
             assert_eq!(item.cas, cas);
             assert_eq!(&item.data[..], b"data");
         }
+    }
+
+    #[test]
+    fn meta_header_round_trips_with_its_state() {
+        let mut v = header_meta(9, 77, STATE_STALE | STATE_KEY_BINARY).to_vec();
+        v.extend_from_slice(b"data");
+        let item = decode(&Bytes::from(v)).expect("decodes");
+        assert_eq!((item.flags, item.cas), (9, 77));
+        assert_eq!(item.state, STATE_STALE | STATE_KEY_BINARY);
+        assert_eq!(&item.data[..], b"data");
+        // A version 2 value cut before its state byte is not an item.
+        assert_eq!(
+            decode(&Bytes::from(header(1, 2).map(|b| b.max(2)).to_vec())),
+            None
+        );
     }
 
     #[test]

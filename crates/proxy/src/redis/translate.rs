@@ -5,7 +5,7 @@ use bytes::BytesMut;
 use memshift_protocol::memcache::{reply, ArithCommand, Exptime, StorageCommand};
 use memshift_protocol::resp::{CommandWriter, Frame};
 
-use super::encoding::header;
+use super::encoding::{header, header_meta};
 use super::scripts;
 
 /// memcached's exptime, resolved.
@@ -91,6 +91,34 @@ pub fn store(
     data: &[u8],
     expiry: Expiry,
 ) {
+    store_with(buf, command, key, &header(flags, cas), data, expiry);
+}
+
+/// `ms` with `b`: as [`store`], the item marked as stored through a base64
+/// key (format version 2), so `mg ... k` prints it as memcached does.
+#[allow(clippy::too_many_arguments)]
+pub fn store_meta(
+    buf: &mut BytesMut,
+    command: StorageCommand,
+    key: &[u8],
+    flags: u32,
+    cas: u64,
+    state: u8,
+    data: &[u8],
+    expiry: Expiry,
+) {
+    let head = header_meta(flags, cas, state);
+    store_with(buf, command, key, &head, data, expiry);
+}
+
+fn store_with(
+    buf: &mut BytesMut,
+    command: StorageCommand,
+    key: &[u8],
+    head: &[u8],
+    data: &[u8],
+    expiry: Expiry,
+) {
     let condition: Option<&[u8]> = match command {
         StorageCommand::Add => Some(b"NX"),
         StorageCommand::Replace => Some(b"XX"),
@@ -98,9 +126,8 @@ pub fn store(
     };
     let option = expiry.option();
     let argc = 3 + usize::from(condition.is_some()) + if option.is_some() { 2 } else { 0 };
-    let head = header(flags, cas);
     let mut w = CommandWriter::new(buf, argc);
-    w.arg(b"SET").arg(key).arg_parts(&[&head, data]);
+    w.arg(b"SET").arg(key).arg_parts(&[head, data]);
     if let Some(c) = condition {
         w.arg(c);
     }
@@ -121,16 +148,55 @@ pub fn compare_and_swap(
     expiry: Expiry,
 ) {
     let head = header(flags, new_cas);
+    cas_script(buf, key, expected, &head, data, expiry, false);
+}
+
+/// `ms` with `C`: the CAS script, with the meta state `state` (version 2
+/// when not 0) and `I` (`invalidate`: a stale item takes the value).
+#[allow(clippy::too_many_arguments)]
+pub fn meta_compare_and_swap(
+    buf: &mut BytesMut,
+    key: &[u8],
+    expected: u64,
+    flags: u32,
+    new_cas: u64,
+    state: u8,
+    data: &[u8],
+    expiry: Expiry,
+    invalidate: bool,
+) {
+    if state == 0 {
+        let head = header(flags, new_cas);
+        cas_script(buf, key, expected, &head, data, expiry, invalidate);
+    } else {
+        let head = header_meta(flags, new_cas, state);
+        cas_script(buf, key, expected, &head, data, expiry, invalidate);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cas_script(
+    buf: &mut BytesMut,
+    key: &[u8],
+    expected: u64,
+    head: &[u8],
+    data: &[u8],
+    expiry: Expiry,
+    invalidate: bool,
+) {
     let (opt, n): (&[u8], i64) = expiry.option().unwrap_or((b"", 0));
-    CommandWriter::new(buf, 8)
-        .arg(b"EVALSHA")
+    let mut w = CommandWriter::new(buf, 8 + usize::from(invalidate));
+    w.arg(b"EVALSHA")
         .arg(scripts::sha(scripts::CAS_SCRIPT))
         .arg(b"1")
         .arg(key)
         .arg(&expected.to_be_bytes())
-        .arg_parts(&[&head, data])
+        .arg_parts(&[head, data])
         .arg(opt)
         .arg_i64(n);
+    if invalidate {
+        w.arg(b"1");
+    }
 }
 
 /// append/prepend: the concat script (`expected`: the `ms` CAS compare).
@@ -167,16 +233,80 @@ fn script_expiry(expiry: Option<Expiry>) -> (&'static [u8], i64) {
     }
 }
 
-/// `mg` with `t`: the meta get script (value and PTTL, then the touch).
-pub fn meta_get_with_ttl(buf: &mut BytesMut, key: &[u8], touch: Option<Expiry>) {
-    let (opt, n) = script_expiry(touch);
-    CommandWriter::new(buf, 6)
-        .arg(b"EVALSHA")
+/// What `mg` (or `me`) asks of the meta get script.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetaGet {
+    /// `T`: touch a hit.
+    pub touch: Option<Expiry>,
+    /// `N`: create a missing item with this CAS and expiry.
+    pub vivify: Option<(u64, Expiry)>,
+    /// `R`: the recache threshold (seconds).
+    pub recache: Option<i64>,
+    /// The TTL `R` compares with when a `T` came before it (-1: none).
+    pub recache_ttl: Option<i64>,
+    /// `l` / `me`: read the idle time.
+    pub idle: bool,
+    /// `me`: look without changing anything.
+    pub peek: bool,
+    /// `u`: do not mark the item fetched.
+    pub no_update: bool,
+}
+
+/// `mg` / `me`: the meta get script.
+pub fn meta_get(buf: &mut BytesMut, key: &[u8], g: &MetaGet) {
+    let (topt, tn) = match g.touch {
+        Some(e) => script_expiry(Some(e)),
+        None => (&b""[..], 0),
+    };
+    let (vopt, vn) = match g.vivify {
+        Some((_, Expiry::Never)) | None => (&b""[..], 0),
+        Some((_, e)) => script_expiry(Some(e)),
+    };
+    let mut w = CommandWriter::new(buf, 14);
+    w.arg(b"EVALSHA")
         .arg(scripts::sha(scripts::META_GET_SCRIPT))
         .arg(b"1")
         .arg(key)
-        .arg(opt)
-        .arg_i64(n);
+        .arg(topt)
+        .arg_i64(tn)
+        .arg(vopt)
+        .arg_i64(vn);
+    match g.vivify {
+        Some((cas, _)) => w.arg(&cas.to_be_bytes()),
+        None => w.arg(b""),
+    };
+    match g.recache {
+        Some(r) => w.arg_i64(r),
+        None => w.arg(b""),
+    };
+    match g.recache_ttl {
+        Some(t) => w.arg_i64(t),
+        None => w.arg(b""),
+    };
+    w.arg(if g.idle { b"1" } else { b"" })
+        .arg(if g.peek { b"1" } else { b"" })
+        .arg(if g.no_update { b"1" } else { b"" });
+}
+
+/// `md ... I`: the meta invalidate script.
+pub fn meta_invalidate(
+    buf: &mut BytesMut,
+    key: &[u8],
+    expected: Option<u64>,
+    new_cas: u64,
+    ttl: Option<Expiry>,
+) {
+    let (opt, n) = script_expiry(ttl);
+    let mut w = CommandWriter::new(buf, 8);
+    w.arg(b"EVALSHA")
+        .arg(scripts::sha(scripts::META_INVALIDATE_SCRIPT))
+        .arg(b"1")
+        .arg(key);
+    match expected {
+        Some(c) => w.arg(&c.to_be_bytes()),
+        None => w.arg(b""),
+    };
+    w.arg(&new_cas.to_be_bytes()).arg(opt).arg_i64(n);
 }
 
 /// `md` with `C`: the meta delete script.

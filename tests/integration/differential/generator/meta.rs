@@ -110,8 +110,24 @@ impl Gen {
         if shows_ttl {
             flags.push(b"t".to_vec());
         }
-        // `k` on a hit echoes whether the item was stored with `b`, which
-        // memshift does not keep: never `b` with `k` for mg.
+        // `l` (normalised: two clocks); `h` is not generated, as memcached's
+        // classic get marks an item fetched and memshift's does not.
+        if self.rng.chance(50) {
+            flags.push(b"l".to_vec());
+        }
+        // The anti-stampede flags: N creates an empty item (no incr/decr
+        // on it, see `maybe_big`), R hands out a token below 30 seconds.
+        if self.rng.chance(60) {
+            let n = self.meta_ttl(shows_ttl);
+            flags.push(format!("N{n}").into_bytes());
+            self.maybe_big.insert(key.clone());
+        }
+        if self.rng.chance(50) {
+            flags.push(b"R30".to_vec());
+        }
+        // `k` on a hit echoes whether the item was stored with `b`; memshift
+        // keeps that mark, but not through every rewrite (an incr that grows
+        // the number): never `b` with `k` for mg.
         if !base64
             && !self.binary_keys.contains(&key)
             && (self.rng.chance(250) || flags.contains(&b"c".to_vec()))
@@ -160,9 +176,17 @@ impl Gen {
                 flags.push(flag.as_bytes().to_vec());
             }
         }
-        // memshift does not serve I together with a CAS compare.
-        if !with_cas && self.rng.chance(30) {
+        // I with a CAS compare stores a stale item when the CAS is older
+        // than the item's: memshift's uniques are not ordered and it takes
+        // any mismatch as older, so only C0/C1 (older than any memcached
+        // unique) go with I.
+        if self.rng.chance(30) {
             flags.push(b"I".to_vec());
+            if with_cas {
+                flags.retain(|f| f != b"C");
+                flags.push(format!("C{}", self.rng.range(0, 1)).into_bytes());
+                self.maybe_big.insert(key.clone());
+            }
         }
         let cas = self.rng.chance(200);
         if cas {
@@ -206,6 +230,12 @@ impl Gen {
             if self.rng.chance(per_mille) {
                 flags.push(flag.as_bytes().to_vec());
             }
+        }
+        // I marks the item stale (the next mg gets X and W); a stale number
+        // grown by incr is a new item in memcached only: no incr/decr on it.
+        if self.rng.chance(100) {
+            flags.push(b"I".to_vec());
+            self.maybe_big.insert(key.clone());
         }
         if self.rng.chance(150) {
             let o = self.opaque();

@@ -22,9 +22,9 @@
 //! Errors are answered even under `q`. `ms` swallows its data block after
 //! errors found once the length is known (like a too-large `set`).
 //!
-//! `me` (a debug dump of memcached's item: its slab class, last access and
-//! memory size) has no meaning for items in Redis: it is answered `ERROR`,
-//! as memcached answers a command it does not have.
+//! `me <key> [b]` (memcached's item dump) takes no flags: a missing or
+//! over-long key, or a `b` key that does not decode, is `CLIENT_ERROR bad
+//! command line format`; other tokens are ignored.
 
 use super::tokens::{next_token, parse_i32, parse_u32, parse_u64, trim_spaces};
 use super::{meta_arith, meta_delete, meta_get, meta_set, reply, Line, ParseLimits, Parsed};
@@ -60,9 +60,34 @@ pub(super) fn parse<'a>(
         b"ms" => meta_set::parse(buf, line, rest, limits),
         b"md" => meta_delete::parse(line, rest),
         b"ma" => meta_arith::parse(line, rest),
-        // `me`, and two-letter m commands memcached does not have.
+        b"me" => meta_debug(line, rest),
+        // Two-letter m commands memcached does not have.
         _ => line.reply(reply::ERROR),
     }
+}
+
+/// `me <key> [b]`.
+fn meta_debug<'a>(line: Line<'a>, rest: &'a [u8]) -> Parsed<'a> {
+    let args = MetaArgs::split(rest);
+    let key = args.get(0);
+    if args.len() == 0 || key_too_long(key) {
+        return line.reply(reply::CLIENT_ERROR_BAD_FORMAT);
+    }
+    let base64 = args.get(1) == b"b";
+    if base64 && base64::decode(key).is_none() {
+        return line.reply(reply::CLIENT_ERROR_BAD_FORMAT);
+    }
+    let tokens = args.flag_text(1);
+    line.complete(crate::memcache::Request::Meta {
+        command: crate::memcache::MetaCommand::Debug,
+        key,
+        tokens,
+        data: tokens.get(tokens.len()..).unwrap_or_default(),
+        flags: MetaFlags {
+            base64,
+            ..MetaFlags::default()
+        },
+    })
 }
 
 /// The start that `mg`, `md` and `ma` share, `<verb> <key> <flags>*`,
@@ -223,12 +248,13 @@ pub(super) fn preparse(
                 None => fail(Some(BAD_TOKEN)),
             },
             b'R' => match parse_i32(value) {
-                Some(_) => flags.recache = true,
+                Some(r) => flags.recache = Some(i64::from(r)),
                 None => fail(Some(BAD_TOKEN)),
             },
             b'l' | b'h' => flags.access_info = true,
             b'O' => opaque_too_long |= token.len() > MAX_OPAQUE_LEN,
-            b'P' | b'L' | b'k' | b's' | b'c' | b'f' | b'u' => {}
+            b'P' | b'L' | b'k' | b's' | b'c' | b'f' => {}
+            b'u' => flags.no_update = true,
             b't' => flags.return_ttl = true,
             b'v' => flags.value = true,
             b'q' => flags.quiet = true,

@@ -1,7 +1,5 @@
-//! `md <key> <flags>*`.
-//!
-//! Not served: `I` (mark the item stale instead of deleting it), answered
-//! `CLIENT_ERROR invalid flag`.
+//! `md <key> <flags>*`; with `I` the item is marked stale instead of
+//! deleted (with `T`, its TTL changes).
 
 use super::meta::{self, Verb};
 use super::{Line, Parsed};
@@ -14,9 +12,6 @@ pub(super) fn parse<'a>(line: Line<'a>, rest: &'a [u8]) -> Parsed<'a> {
     };
     if pre.opaque_too_long {
         return line.reply(meta::OPAQUE_TOO_LONG);
-    }
-    if pre.flags.invalidate {
-        return line.reply(meta::INVALID_FLAG);
     }
     let tokens = args.flag_text(1);
     line.complete(Request::Meta {

@@ -1,8 +1,5 @@
-//! `mg <key> <flags>*`.
-//!
-//! Not served (answered `CLIENT_ERROR invalid flag`, see docs/meta.md): `N`
-//! (create on miss, with win/stale tokens), `R` (recache token), `h` and `l`
-//! (hit-before and last-access, which Redis does not keep per item).
+//! `mg <key> <flags>*`, with the anti-stampede flags `N` (create on miss),
+//! `R` (recache token), `h` and `l` (see docs/meta.md).
 
 use super::meta::{self, Verb};
 use super::{Line, Parsed};
@@ -19,9 +16,6 @@ pub(super) fn parse<'a>(line: Line<'a>, rest: &'a [u8]) -> Parsed<'a> {
         return line.reply(meta::OPAQUE_TOO_LONG);
     }
     let flags = pre.flags;
-    if flags.vivify.is_some() || flags.recache || flags.access_info {
-        return line.reply(meta::INVALID_FLAG);
-    }
     let tokens = args.flag_text(1);
     line.complete(Request::Meta {
         command: MetaCommand::Get,

@@ -1,9 +1,9 @@
 //! `ms <key> <datalen> <flags>*\r\n<data>\r\n`.
 //!
 //! Errors found before the length is known leave the data block to be read
-//! as a command line (as memcached does); later ones swallow it. Not served:
-//! `I` together with a CAS compare (store as stale), answered `CLIENT_ERROR
-//! invalid flag`; without `C` memcached ignores `I`, and so does this.
+//! as a command line (as memcached does); later ones swallow it. `I` only
+//! matters with a CAS compare (a stale item takes the value); without `C`
+//! memcached ignores it, and so does this.
 
 use super::meta::{self, MetaArgs, Verb};
 use super::tokens::parse_i32;
@@ -76,11 +76,6 @@ pub(super) fn parse<'a>(
                 base64: flags.base64,
             }),
         });
-    }
-    let compare_and_swap = flags.compare_cas.is_some()
-        && matches!(flags.set_mode, MetaSetMode::Set | MetaSetMode::Replace);
-    if flags.invalidate && compare_and_swap {
-        return swallow(meta::INVALID_FLAG);
     }
     let (Some(data), Some(terminator)) =
         (buf.get(data_start..data_end), buf.get(data_end..block_end))

@@ -1,4 +1,4 @@
-//! Meta commands (`mg`, `ms`, `md`, `ma`) on Redis, or forwarded as they are
+//! Meta commands (`mg`, `ms`, `md`, `ma`, `me`) on Redis, or forwarded as they are
 //! to the legacy memcached when it is the key's primary. See docs/meta.md.
 //!
 //! On Redis the items keep the layout of docs/storage.md, so meta and
@@ -9,20 +9,23 @@
 
 //!
 //! * `redis_reply`: a Redis reply → the meta reply line.
+//! * `debug`: `me`, memcached's item dump, from what Redis knows.
 
+mod debug;
 mod redis_reply;
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::reply;
 use memshift_protocol::memcache::{
-    base64, ArithCommand, MetaCommand, MetaFlags, MetaSetMode, StorageCommand,
+    base64, ArithCommand, Exptime, MetaCommand, MetaFlags, MetaSetMode, StorageCommand,
 };
 
 use super::super::pending::{Op, Results};
 use super::super::Session;
 use super::shadow::Change;
 use super::{unix_now, Tag};
-use crate::redis::translate::{self, Expiry, MetaArith, WriteOutcome};
+use crate::redis::encoding::STATE_KEY_BINARY;
+use crate::redis::translate::{self, Expiry, MetaArith, MetaGet, WriteOutcome};
 use crate::redis::{BackendError, Reply};
 use crate::router::{Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
@@ -52,15 +55,17 @@ pub(in crate::session) struct MetaOp {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// `GET` / `GETEX`.
+    /// The meta get script: `{value, pttl, idle, won | created}`.
     Get,
-    /// The meta get script: `{value, pttl}`.
-    GetWithTtl,
+    /// `me`: the meta get script, looking only.
+    Debug,
     Store(StorageCommand),
     /// `DEL`.
     Delete,
     /// The meta delete script.
     DeleteCas,
+    /// `md ... I`: the meta invalidate script.
+    Invalidate,
     Arith,
     /// Forwarded to memcached: its reply is passed through.
     Forwarded,
@@ -94,7 +99,7 @@ impl Session {
         match command {
             MetaCommand::Get => bump(&stats.cmd_get),
             MetaCommand::Set => bump(&stats.cmd_set),
-            MetaCommand::Delete | MetaCommand::Arith => {}
+            MetaCommand::Delete | MetaCommand::Arith | MetaCommand::Debug => {}
         }
         if flags.ttl.is_some() && command == MetaCommand::Get {
             bump(&stats.cmd_touch);
@@ -124,31 +129,58 @@ impl Session {
         let expiry = |exptime: i64| Expiry::from_exptime(exptime, now);
         match command {
             MetaCommand::Get => {
-                let touch = flags.ttl.map(expiry);
-                if flags.return_ttl {
-                    translate::meta_get_with_ttl(&mut self.cmd_buf, &key, touch);
-                    op.kind = Kind::GetWithTtl;
-                } else {
-                    match touch {
-                        Some(e) => translate::get_and_touch(&mut self.cmd_buf, &key, e),
-                        None => translate::get(&mut self.cmd_buf, &key),
+                // Every mg runs the script: a stale item answers X and hands
+                // out W even to a plain `mg`, and a hit marks it fetched.
+                let created_exptime = last_of_n_and_t(&op.tokens, &flags);
+                let vivify = created_exptime.map(|e| (self.cas.next_cas(), expiry(e)));
+                op.new_cas = vivify.map_or(0, |(c, _)| c);
+                let recache_ttl = match (flags.ttl, flags.recache) {
+                    (Some(t), Some(_))
+                        if position(&op.tokens, b'T') < position(&op.tokens, b'R') =>
+                    {
+                        Some(Exptime::new(t).ttl(u64::try_from(now).unwrap_or(0)))
                     }
-                    op.kind = Kind::Get;
-                }
+                    _ => None,
+                };
+                let get = MetaGet {
+                    touch: flags.ttl.map(expiry),
+                    vivify,
+                    recache: flags.recache,
+                    recache_ttl,
+                    idle: flags.access_info,
+                    peek: false,
+                    no_update: flags.no_update,
+                };
+                translate::meta_get(&mut self.cmd_buf, &key, &get);
+                op.kind = Kind::Get;
+            }
+            MetaCommand::Debug => {
+                let get = MetaGet {
+                    idle: true,
+                    peek: true,
+                    ..MetaGet::default()
+                };
+                translate::meta_get(&mut self.cmd_buf, &key, &get);
+                op.kind = Kind::Debug;
             }
             MetaCommand::Set => {
                 op.new_cas = self.cas.next_cas();
                 let ex = expiry(flags.ttl.unwrap_or(0));
+                // memcached remembers that the key came in base64.
+                let state = if flags.base64 { STATE_KEY_BINARY } else { 0 };
                 let store = match (flags.set_mode, flags.compare_cas) {
                     (MetaSetMode::Set | MetaSetMode::Replace, Some(expected)) => {
-                        translate::compare_and_swap(
+                        translate::meta_compare_and_swap(
                             &mut self.cmd_buf,
                             &key,
                             expected,
                             flags.client_flags,
                             op.new_cas,
+                            state,
                             &data,
                             ex,
+                            // memcached never takes C0 as an older CAS.
+                            flags.invalidate && expected != 0,
                         );
                         StorageCommand::Cas
                     }
@@ -178,20 +210,44 @@ impl Session {
                             MetaSetMode::Replace => StorageCommand::Replace,
                             _ => StorageCommand::Set,
                         };
-                        translate::store(
-                            &mut self.cmd_buf,
-                            command,
-                            &key,
-                            flags.client_flags,
-                            op.new_cas,
-                            &data,
-                            ex,
-                        );
+                        if state == 0 {
+                            translate::store(
+                                &mut self.cmd_buf,
+                                command,
+                                &key,
+                                flags.client_flags,
+                                op.new_cas,
+                                &data,
+                                ex,
+                            );
+                        } else {
+                            translate::store_meta(
+                                &mut self.cmd_buf,
+                                command,
+                                &key,
+                                flags.client_flags,
+                                op.new_cas,
+                                state,
+                                &data,
+                                ex,
+                            );
+                        }
                         command
                     }
                 };
                 op.kind = Kind::Store(store);
                 op.data = data;
+            }
+            MetaCommand::Delete if flags.invalidate => {
+                op.new_cas = self.cas.next_cas();
+                translate::meta_invalidate(
+                    &mut self.cmd_buf,
+                    &key,
+                    flags.compare_cas,
+                    op.new_cas,
+                    flags.ttl.map(expiry),
+                );
+                op.kind = Kind::Invalidate;
             }
             MetaCommand::Delete => match flags.compare_cas {
                 Some(expected) => {
@@ -207,15 +263,7 @@ impl Session {
                 op.new_cas = self.cas.next_cas();
                 // A created counter ends with the TTL of whichever of N and T
                 // comes last (memcached applies them in order).
-                let create_exptime = match (flags.vivify, flags.ttl) {
-                    (Some(_), Some(t))
-                        if position(&op.tokens, b'T') > position(&op.tokens, b'N') =>
-                    {
-                        Some(t)
-                    }
-                    (Some(n), _) => Some(n),
-                    (None, _) => None,
-                };
+                let create_exptime = last_of_n_and_t(&op.tokens, &flags);
                 let arith = MetaArith {
                     command: if flags.decrement {
                         ArithCommand::Decr
@@ -273,7 +321,7 @@ impl Session {
                     bump(&stats.get_hits);
                     proxy.metrics.get_hit(op.side);
                 }
-                Outcome::Miss => {
+                Outcome::Miss | Outcome::Created => {
                     bump(&stats.get_misses);
                     proxy.metrics.get_miss(op.side);
                 }
@@ -319,6 +367,16 @@ fn quiet_hides(command: MetaCommand, outcome: Outcome) -> bool {
     )
 }
 
+/// The TTL an item created by `N` ends with: whichever of `N` and `T`
+/// comes last (memcached applies them in order).
+fn last_of_n_and_t(tokens: &[u8], flags: &MetaFlags) -> Option<i64> {
+    match (flags.vivify, flags.ttl) {
+        (Some(_), Some(t)) if position(tokens, b'T') > position(tokens, b'N') => Some(t),
+        (Some(n), _) => Some(n),
+        (None, _) => None,
+    }
+}
+
 /// The first flag token starting with `letter` (its index), if any.
 fn position(tokens: &[u8], letter: u8) -> Option<usize> {
     tokens
@@ -348,7 +406,7 @@ fn meta_change(op: &MetaOp, outcome: Outcome) -> Change {
             .flags
             .ttl
             .map_or(Change::Nothing, |exptime| Change::Touched { exptime }),
-        (MetaCommand::Get, _) => Change::Nothing,
+        (MetaCommand::Get | MetaCommand::Debug, _) => Change::Nothing,
         (MetaCommand::Set, Outcome::Done)
             if !matches!(
                 op.flags.set_mode,
@@ -376,6 +434,7 @@ fn forward(buf: &mut BytesMut, command: MetaCommand, key: &[u8], tokens: &[u8], 
         MetaCommand::Set => b"ms ",
         MetaCommand::Delete => b"md ",
         MetaCommand::Arith => b"ma ",
+        MetaCommand::Debug => b"me ",
     });
     buf.extend_from_slice(key);
     if command == MetaCommand::Set {

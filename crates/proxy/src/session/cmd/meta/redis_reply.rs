@@ -2,12 +2,14 @@
 //! code, the requested return flags, the value.
 
 use bytes::BytesMut;
-use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTtl};
+use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTokens, MetaTtl};
 use memshift_protocol::memcache::Exptime;
 use memshift_protocol::resp::Frame;
 
 use super::{Kind, MetaOp, Outcome};
-use crate::redis::encoding;
+use crate::redis::encoding::{
+    self, STATE_FETCHED, STATE_KEY_BINARY, STATE_STALE, STATE_TOKEN_SENT,
+};
 use crate::redis::translate::{self, WriteOutcome};
 
 /// TTL in seconds as memcached's `t` prints it, from a Redis PTTL.
@@ -38,43 +40,73 @@ pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Ou
         return Outcome::Unknown;
     }
     match op.kind {
-        Kind::Get | Kind::GetWithTtl => {
-            let (value, pttl) = match frame {
-                Frame::Bulk(v) => (Some(v), None),
-                Frame::Array(items) => match (items.first(), items.get(1)) {
-                    (Some(Frame::Bulk(v)), Some(Frame::Integer(p))) => (Some(v), Some(*p)),
-                    _ => (None, None),
-                },
-                _ => (None, None),
+        Kind::Debug => super::debug::render(op, frame, out),
+        Kind::Get => {
+            let parts = match frame {
+                Frame::Array(items) => {
+                    match (items.first(), items.get(1), items.get(2), items.get(3)) {
+                        (
+                            Some(Frame::Bulk(v)),
+                            Some(Frame::Integer(p)),
+                            Some(Frame::Integer(idle)),
+                            Some(Frame::Integer(code)),
+                        ) => encoding::decode(v).map(|item| (item, *p, *idle, *code)),
+                        _ => None,
+                    }
+                }
+                _ => None,
             };
-            let Some(item) = value.and_then(encoding::decode) else {
+            let Some((item, pttl, idle, code)) = parts else {
                 if !flags.quiet {
                     line(out, b"EN", &MetaReturn::default());
                 }
                 return Outcome::Miss;
             };
-            let ttl = pttl.map(|p| MetaTtl {
-                before: ttl_from_pttl(p),
+            let created = code & 2 != 0;
+            let ttl = MetaTtl {
+                before: if created { -1 } else { ttl_from_pttl(pttl) },
                 on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
-                on_vivify: None,
-            });
+                on_vivify: flags
+                    .vivify
+                    .filter(|_| created)
+                    .map(|t| ttl_from_exptime(t, op.now)),
+            };
             let ret = MetaReturn {
                 size: Some(item.data.len() as u64),
                 cas: Some(item.cas),
                 flags: Some(item.flags),
-                ttl,
+                ttl: Some(ttl),
+                hit_before: Some(item.state & STATE_FETCHED != 0),
+                // Unknown (an LFU eviction policy keeps no idle time): 0.
+                idle: Some(u64::try_from(idle).unwrap_or(0)),
             };
+            let tokens = MetaTokens {
+                sent_before: item.state & STATE_TOKEN_SENT != 0,
+                stale: item.state & STATE_STALE != 0,
+                won: code & 1 != 0,
+            };
+            // memcached prints the key as it was stored (base64 or not).
+            let base64 = item.state & STATE_KEY_BINARY != 0;
             if flags.value {
                 let mut code = BytesMut::with_capacity(24);
                 code.extend_from_slice(b"VA ");
                 reply::put_u64(&mut code, item.data.len() as u64);
-                line(out, &code, &ret);
+                out.extend_from_slice(&code);
+            } else {
+                out.extend_from_slice(b"HD");
+            }
+            reply::meta_flags(out, &op.tokens, key, base64, &ret);
+            reply::meta_tokens(out, tokens);
+            out.extend_from_slice(b"\r\n");
+            if flags.value {
                 out.extend_from_slice(&item.data);
                 out.extend_from_slice(b"\r\n");
-            } else {
-                line(out, b"HD", &ret);
             }
-            Outcome::Hit
+            if created {
+                Outcome::Created
+            } else {
+                Outcome::Hit
+            }
         }
         Kind::Store(command) => {
             let (code, outcome): (&[u8], Outcome) = match translate::storage_outcome(command, frame)
@@ -102,12 +134,10 @@ pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Ou
             }
             outcome
         }
-        Kind::Delete | Kind::DeleteCas => {
+        Kind::Delete | Kind::DeleteCas | Kind::Invalidate => {
             let outcome = match (op.kind, frame) {
-                (Kind::Delete, Frame::Integer(0)) | (Kind::DeleteCas, Frame::Integer(0)) => {
-                    Outcome::NotFound
-                }
-                (Kind::DeleteCas, Frame::Integer(1)) => Outcome::Exists,
+                (_, Frame::Integer(0)) => Outcome::NotFound,
+                (Kind::DeleteCas | Kind::Invalidate, Frame::Integer(1)) => Outcome::Exists,
                 (_, Frame::Integer(_)) => Outcome::Done,
                 _ => {
                     out.extend_from_slice(WriteOutcome::Failed.line());
