@@ -82,6 +82,10 @@ pub enum AdminCommand {
     /// `lru tune|mode|temp_ttl ...`.
     Lru,
     LruCrawler(LruCrawler),
-    /// `watch [flags...]`: turn the connection into a log stream.
-    Watch,
+    /// `watch [streams...]`: turn the connection into a log stream.
+    /// memcached refuses a pipelined `watch` before it looks at the stream
+    /// names, so an unknown name is the server's to answer (`ERROR`).
+    Watch {
+        streams_known: bool,
+    },
 }

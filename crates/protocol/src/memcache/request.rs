@@ -341,7 +341,7 @@ impl<B> Request<B> {
                 AdminCommand::SlabsAutomove | AdminCommand::SlabsReassign { .. } => "slabs",
                 AdminCommand::Lru => "lru",
                 AdminCommand::LruCrawler(_) => "lru_crawler",
-                AdminCommand::Watch => "watch",
+                AdminCommand::Watch { .. } => "watch",
             },
             Request::Quit => "quit",
             Request::MetaNoop => "mn",

@@ -201,13 +201,12 @@ fn crawl_classes(token: &[u8]) -> CrawlClasses {
 }
 
 /// `watch [rawcmds|evictions|fetchers|mutations|sysevents|connevents|
-/// proxyreqs|proxyevents|proxyuser ...] [noreply]`.
+/// proxyreqs|proxyevents|proxyuser ...] [noreply]`. Every argument must name
+/// a log stream; `noreply` does not, so `watch ... noreply` is a silent
+/// ERROR, as in memcached.
 pub(super) fn parse_watch<'a>(line: Line<'a>, rest: &'a [u8]) -> Parsed<'a> {
     let args = Args::split(rest);
-    let noreply = args.noreply();
-    // Every argument must name a log stream; `noreply` does not, so a
-    // `watch ... noreply` is a silent ERROR, as in memcached.
-    let known = (0..args.len()).all(|i| {
+    let streams_known = (0..args.len()).all(|i| {
         matches!(
             args.get(i),
             b"rawcmds"
@@ -221,11 +220,8 @@ pub(super) fn parse_watch<'a>(line: Line<'a>, rest: &'a [u8]) -> Parsed<'a> {
                 | b"proxyuser"
         )
     });
-    if !known {
-        return line.reply_unless(noreply, reply::ERROR);
-    }
     line.complete(Request::Admin {
-        command: AdminCommand::Watch,
-        noreply,
+        command: AdminCommand::Watch { streams_known },
+        noreply: args.noreply(),
     })
 }

@@ -20,16 +20,22 @@ const LARGEST_SLAB_CLASS: i32 = 39;
 
 impl Session {
     pub(super) fn dispatch_admin(&mut self, command: AdminCommand, noreply: bool) {
-        let line = admin_reply(command, &self.proxy.stats);
-        self.push_ready(if noreply && line == reply::OK {
-            Op::Silent
-        } else {
-            Op::Ready(line)
-        });
+        // memcached's `resp_has_stack`: replies of earlier commands of this
+        // connection not yet written.
+        let stacked = !self.pending.is_empty() || !self.wbuf.is_empty();
+        let line = admin_reply(command, &self.proxy.stats, stacked);
+        // memcached reads noreply only where a command takes it, and then
+        // silences every answer.
+        self.push_ready(if noreply { Op::Silent } else { Op::Ready(line) });
     }
 }
 
-fn admin_reply(command: AdminCommand, stats: &Stats) -> &'static [u8] {
+// `watch` and `lru_crawler metadump` hand the connection over to a stream
+// in memcached, which refuses them behind other pipelined commands.
+const WATCH_PIPELINED: &[u8] = b"ERROR cannot pipeline other commands before watch\r\n";
+const METADUMP_PIPELINED: &[u8] = b"ERROR cannot pipeline other commands before metadump\r\n";
+
+fn admin_reply(command: AdminCommand, stats: &Stats, stacked: bool) -> &'static [u8] {
     match command {
         AdminCommand::CacheMemlimit { megabytes } => {
             tracing::debug!(
@@ -57,8 +63,14 @@ fn admin_reply(command: AdminCommand, stats: &Stats) -> &'static [u8] {
             tracing::debug!("lru: no LRU to tune, accepted as a no-op");
             reply::OK
         }
-        AdminCommand::LruCrawler(crawler) => crawler_reply(crawler, stats),
-        AdminCommand::Watch => {
+        AdminCommand::LruCrawler(crawler) => crawler_reply(crawler, stats, stacked),
+        AdminCommand::Watch { .. } if stacked => WATCH_PIPELINED,
+        AdminCommand::Watch {
+            streams_known: false,
+        } => reply::ERROR,
+        AdminCommand::Watch {
+            streams_known: true,
+        } => {
             // memcached would stream log lines from here on; memshift has no
             // such stream, and the connection keeps serving commands.
             tracing::debug!("watch: no log stream, accepted as a no-op");
@@ -67,7 +79,7 @@ fn admin_reply(command: AdminCommand, stats: &Stats) -> &'static [u8] {
     }
 }
 
-fn crawler_reply(crawler: LruCrawler, stats: &Stats) -> &'static [u8] {
+fn crawler_reply(crawler: LruCrawler, stats: &Stats, stacked: bool) -> &'static [u8] {
     const BADCLASS: &[u8] = b"BADCLASS invalid class id\r\n";
     const NOTSTARTED: &[u8] = b"NOTSTARTED no items to crawl\r\n";
     let disabled = stats.crawler_disabled.load(Ordering::Relaxed);
@@ -75,6 +87,7 @@ fn crawler_reply(crawler: LruCrawler, stats: &Stats) -> &'static [u8] {
         LruCrawler::Crawl(_) | LruCrawler::Metadump(_) if disabled => {
             b"CLIENT_ERROR lru crawler disabled\r\n"
         }
+        LruCrawler::Metadump(_) if stacked => METADUMP_PIPELINED,
         LruCrawler::Crawl(CrawlClasses::All | CrawlClasses::Listed) => {
             tracing::debug!("lru_crawler crawl: Redis expires items itself, accepted as a no-op");
             reply::OK
