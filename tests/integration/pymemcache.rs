@@ -68,6 +68,14 @@ check(c.delete("pm:str") is True, "delete")
 check(c.get("pm:str") is None, "deleted")
 check(c.delete("pm:str") is False, "delete missing")
 
+# admin commands memcached answers (memshift: empty groups, no-op limit)
+check(c.stats("cachedump", "1", "1") == {}, "stats cachedump: empty")
+check(c.cache_memlimit(50) is True, "cache_memlimit")
+check(b"curr_connections" in c.stats(), "stats")
+check(isinstance(c.stats("slabs"), dict), "stats slabs")
+check(c.stats("items") == {}, "stats items: empty")
+check(c.stats("settings").get(b"detail_enabled") == b"no", "stats settings")
+
 print("PYMEMCACHE OK", flush=True)
 "#;
 

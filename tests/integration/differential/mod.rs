@@ -56,8 +56,9 @@
 //!
 //! Layout: `runner` starts both sides and exchanges batches, `normalise`
 //! says which reply differences are allowed, `generator` builds the seeded
-//! stream that `stream` runs; `classic_script`, `meta_script` and `closing`
-//! are fixed cases on fresh servers.
+//! stream that `stream` runs; `classic_script`, `meta_script`, `admin_script`
+//! (admin commands, `stats reset`, `stats detail`) and `closing` are fixed
+//! cases on fresh servers.
 //!
 //! Adding a fixed-script case: append a `(name, bytes)` entry to
 //! `classic_script::FIXED_SCRIPT` (classic commands) or
@@ -66,6 +67,7 @@
 //! connection goes in `closing::closing_cases` instead. A new script of its
 //! own: a file with a `const` script and a `#[test]` calling `run_script`.
 
+mod admin_script;
 mod classic_script;
 mod closing;
 mod cmd;

@@ -4,6 +4,7 @@
 //! [`Request`]; [`reply`] encodes the answers. Client side (for talking to a
 //! legacy memcached pool): [`client`] encodes requests and parses replies.
 
+mod admin;
 pub mod base64;
 pub mod client;
 mod exptime;
@@ -11,6 +12,7 @@ mod parse;
 pub mod reply;
 mod request;
 
+pub use admin::{AdminCommand, CrawlClasses, LruCrawler, StatsDetail, StatsGroup, MAX_SLAB_CLASS};
 pub use exptime::{unix_now, Exptime, REALTIME_MAXDELTA};
 pub use parse::{
     parse_request, unterminated_line_closes, ParseLimits, Parsed, ProtocolError, StaleKey,

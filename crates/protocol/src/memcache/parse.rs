@@ -35,6 +35,7 @@ mod meta_delete;
 mod meta_get;
 mod meta_set;
 mod retrieval;
+mod stats;
 mod storage;
 mod tokens;
 mod touch;
@@ -276,14 +277,20 @@ fn dispatch<'a>(buf: &'a [u8], line: Line<'a>, limits: &ParseLimits) -> Parsed<'
         b"version" => line.complete(Request::Version),
         b"quit" => line.complete(Request::Quit),
         b"verbosity" => admin::parse_verbosity(line, rest),
-        b"stats" => admin::parse_stats(line, rest),
+        b"stats" => stats::parse_stats(line, rest),
+        b"cache_memlimit" => admin::parse_cache_memlimit(line, rest),
+        b"slabs" => admin::parse_slabs(line, rest),
+        b"lru" => admin::parse_lru(line, rest),
+        b"lru_crawler" => admin::parse_lru_crawler(line, rest),
+        b"watch" => admin::parse_watch(line, rest),
         [b'm', _] => meta::parse(buf, line, command, rest, limits),
-        // memcached commands a proxy does not offer: answered like unknown
-        // commands, but never mistaken for HTTP.
-        // memcached 1.6.18 without -A answers this to any `shutdown` line.
+        // memcached 1.6.18 without -A answers this to any `shutdown` line
+        // (memshift has no remote shutdown either).
         b"shutdown" => line.reply(b"ERROR: shutdown not enabled\r\n"),
-        b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"watch" | b"lru" | b"extstore"
-        | b"refresh_certs" | b"misbehave" | b"debugtime" => line.reply(reply::ERROR),
+        // memcached commands a proxy does not offer: answered like unknown
+        // commands, but never mistaken for HTTP. (`misbehave` and
+        // `debugtime` exist only in debug builds of memcached: unknown.)
+        b"extstore" | b"refresh_certs" => line.reply(reply::ERROR),
         _ => unknown(line, command, rest),
     }
 }

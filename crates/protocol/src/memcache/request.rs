@@ -5,6 +5,8 @@
 //! [`Request::map`]) to `bytes::Bytes` of the same buffer to keep them past the
 //! borrow, without copying.
 
+use super::admin::{AdminCommand, StatsGroup};
+
 /// Largest key memcached accepts (KEY_MAX_LENGTH).
 pub const MAX_KEY_LEN: usize = 250;
 
@@ -191,8 +193,14 @@ pub enum Request<B> {
     Version,
     /// `verbosity <level> [noreply]`
     Verbosity { noreply: bool },
-    /// `stats [group]`; `group` is None for plain `stats`.
-    Stats { group: Option<B> },
+    /// `stats [group ...]`.
+    Stats(StatsGroup),
+    /// `cache_memlimit`, `slabs`, `lru`, `lru_crawler`, `watch`; `noreply`
+    /// where memcached reads it for that command.
+    Admin {
+        command: AdminCommand,
+        noreply: bool,
+    },
     /// quit: close the connection without a reply.
     Quit,
     /// `mn`: answered `MN`.
@@ -270,9 +278,8 @@ impl<B> Request<B> {
             Request::FlushAll { delay, noreply } => Request::FlushAll { delay, noreply },
             Request::Version => Request::Version,
             Request::Verbosity { noreply } => Request::Verbosity { noreply },
-            Request::Stats { group } => Request::Stats {
-                group: group.map(f),
-            },
+            Request::Stats(group) => Request::Stats(group),
+            Request::Admin { command, noreply } => Request::Admin { command, noreply },
             Request::Quit => Request::Quit,
             Request::MetaNoop => Request::MetaNoop,
             Request::Meta {
@@ -299,7 +306,8 @@ impl<B> Request<B> {
             | Request::Delete { noreply, .. }
             | Request::Touch { noreply, .. }
             | Request::FlushAll { noreply, .. }
-            | Request::Verbosity { noreply } => *noreply,
+            | Request::Verbosity { noreply }
+            | Request::Admin { noreply, .. } => *noreply,
             // `q` hides only some outcomes: never the whole reply.
             _ => false,
         }
@@ -331,7 +339,14 @@ impl<B> Request<B> {
             Request::FlushAll { .. } => "flush_all",
             Request::Version => "version",
             Request::Verbosity { .. } => "verbosity",
-            Request::Stats { .. } => "stats",
+            Request::Stats(_) => "stats",
+            Request::Admin { command, .. } => match command {
+                AdminCommand::CacheMemlimit { .. } => "cache_memlimit",
+                AdminCommand::SlabsAutomove | AdminCommand::SlabsReassign { .. } => "slabs",
+                AdminCommand::Lru => "lru",
+                AdminCommand::LruCrawler(_) => "lru_crawler",
+                AdminCommand::Watch { .. } => "watch",
+            },
             Request::Quit => "quit",
             Request::MetaNoop => "mn",
             Request::Meta { command, .. } => match command {

@@ -179,6 +179,30 @@ pub(crate) fn parse_i32(token: &[u8]) -> Option<i32> {
     Some(value as i32)
 }
 
+/// memcached `safe_strtod`: the whole token (up to whitespace) is a float,
+/// and C's `strtod` does not report ERANGE. Hexadecimal floats, which C
+/// reads, are refused here (no admin command needs them).
+pub(crate) fn parse_f64(token: &[u8]) -> Option<f64> {
+    let start = token.iter().position(|&b| !is_c_space(b))?;
+    let rest = token.get(start..)?;
+    let end = rest
+        .iter()
+        .position(|&b| is_c_space(b))
+        .unwrap_or(rest.len());
+    let text = std::str::from_utf8(rest.get(..end)?).ok()?;
+    let value: f64 = text.parse().ok()?;
+    let lower = text.to_ascii_lowercase();
+    let named = lower.contains("inf") || lower.contains("nan");
+    // strtod's ERANGE: overflow to infinity, or a non-zero value that
+    // underflows to zero.
+    let mantissa = lower.split('e').next().unwrap_or_default();
+    let underflow = value == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if (value.is_infinite() && !named) || underflow {
+        return None;
+    }
+    Some(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +222,14 @@ mod tests {
         assert_eq!(parse_u32(b"+"), None);
         assert_eq!(parse_u32(b"-18446744073709551615"), Some(1));
         assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_f64(b"0.5"), Some(0.5));
+        assert_eq!(parse_f64(b"2"), Some(2.0));
+        assert_eq!(parse_f64(b"\t-1e3\tx"), Some(-1000.0));
+        assert_eq!(parse_f64(b"x"), None);
+        assert_eq!(parse_f64(b"0.5x"), None);
+        assert_eq!(parse_f64(b"1e999"), None);
+        assert_eq!(parse_f64(b"1e-999"), None);
+        assert_eq!(parse_f64(b""), None);
         assert_eq!(parse_u64(b"18446744073709551616"), None);
         assert_eq!(parse_i32(b"4294967297"), Some(1));
         assert_eq!(parse_i32(b"2147483648"), Some(i32::MIN));

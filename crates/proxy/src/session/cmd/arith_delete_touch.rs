@@ -39,6 +39,7 @@ impl Session {
     }
 
     pub(super) fn dispatch_delete(&mut self, routes: &Routes, tag: Tag, key: Bytes, noreply: bool) {
+        self.proxy.stats.prefixes.record_delete(&key);
         let route = routes.route(&key);
         self.encode_delete(route.primary, &key);
         self.send(routes, route.primary, ReplyShape::Line, tag.seq, 0);

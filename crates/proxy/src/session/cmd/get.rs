@@ -344,6 +344,7 @@ impl Session {
                     found.as_ref().map(|f| (f.flags, f.data.clone())),
                 ));
             }
+            stats.prefixes.record_get(key, found.is_some());
             match found {
                 Some(item) => {
                     bump(&stats.get_hits);

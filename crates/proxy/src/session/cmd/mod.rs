@@ -12,6 +12,7 @@
 //! * `info`: version/verbosity/stats/quit.
 //! * `shadow`: which shadow write follows a write's outcome.
 
+mod admin;
 mod arith_delete_touch;
 mod flush;
 mod get;
@@ -94,7 +95,8 @@ impl Session {
             }
             Request::Version => self.dispatch_version(),
             Request::Verbosity { noreply } => self.dispatch_verbosity(noreply),
-            Request::Stats { group } => self.dispatch_stats(group.as_deref()),
+            Request::Stats(group) => self.dispatch_stats(group),
+            Request::Admin { command, noreply } => self.dispatch_admin(command, noreply),
             Request::Quit => self.push_ready(Op::Close),
             Request::MetaNoop => self.dispatch_meta_noop(),
             Request::Meta {

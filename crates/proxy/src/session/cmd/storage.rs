@@ -28,6 +28,7 @@ impl Session {
         noreply: bool,
     ) {
         bump(&self.proxy.stats.cmd_set);
+        self.proxy.stats.prefixes.record_set(&key);
         let route = routes.route(&key);
         match route.primary {
             Target::Memcached { .. } => {

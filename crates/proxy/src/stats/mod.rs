@@ -1,10 +1,16 @@
-//! Counters behind the memcached `stats` command (memcached's names).
+//! Counters behind the memcached `stats` command (memcached's names), and
+//! the switches of the admin commands that have state (`stats detail`,
+//! `stats sizes_enable`, `lru_crawler enable|disable`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+mod prefix;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
+
+pub use prefix::{PrefixStats, MAX_PREFIXES};
 
 /// The counters memcached clients and dashboards read. Relaxed atomics: each
 /// is an independent tally.
@@ -34,6 +40,12 @@ pub struct Stats {
     pub slow_consumers_closed: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    /// `stats detail`: per-prefix counts.
+    pub prefixes: PrefixStats,
+    /// `stats sizes_enable|sizes_disable` (memcached: off by default).
+    pub sizes_enabled: AtomicBool,
+    /// `lru_crawler disable|enable` (memcached: enabled by default).
+    pub crawler_disabled: AtomicBool,
 }
 
 /// Add one.
@@ -57,6 +69,40 @@ pub struct ServerFacts {
 pub const VERSION: &str = concat!("1.6.18-memshift-", env!("CARGO_PKG_VERSION"));
 
 impl Stats {
+    /// `stats reset`: what memcached's `stats_reset` zeroes. Gauges
+    /// (`curr_connections`) and facts (`uptime`, `pid`) are kept; the
+    /// per-prefix counts are dropped.
+    pub fn reset(&self) {
+        for counter in [
+            &self.total_connections,
+            &self.rejected_connections,
+            &self.cmd_get,
+            &self.cmd_set,
+            &self.cmd_flush,
+            &self.cmd_touch,
+            &self.get_hits,
+            &self.get_misses,
+            &self.get_expired,
+            &self.delete_hits,
+            &self.delete_misses,
+            &self.incr_hits,
+            &self.incr_misses,
+            &self.decr_hits,
+            &self.decr_misses,
+            &self.cas_hits,
+            &self.cas_misses,
+            &self.cas_badval,
+            &self.touch_hits,
+            &self.touch_misses,
+            &self.slow_consumers_closed,
+            &self.bytes_read,
+            &self.bytes_written,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        self.prefixes.clear();
+    }
+
     /// Encode the `stats` reply (STAT lines and END).
     pub fn render(&self, facts: &ServerFacts, out: &mut BytesMut) {
         let now = SystemTime::now()
@@ -100,5 +146,33 @@ impl Stats {
             get(&self.slow_consumers_closed),
         );
         out.extend_from_slice(reply::END);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_zeroes_counters_but_not_curr_connections() {
+        let stats = Stats::default();
+        stats.curr_connections.store(3, Ordering::Relaxed);
+        bump(&stats.total_connections);
+        bump(&stats.cmd_get);
+        bump(&stats.get_hits);
+        stats.bytes_read.store(100, Ordering::Relaxed);
+        stats.prefixes.set_enabled(true);
+        stats.prefixes.record_set(b"a:1");
+        stats.reset();
+        assert_eq!(stats.curr_connections.load(Ordering::Relaxed), 3);
+        assert_eq!(stats.total_connections.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.cmd_get.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.get_hits.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.bytes_read.load(Ordering::Relaxed), 0);
+        let mut out = BytesMut::new();
+        stats.prefixes.dump(&mut out);
+        assert_eq!(&out[..], b"END\r\n");
+        // Detail stays on after a reset, as in memcached.
+        assert!(stats.prefixes.enabled());
     }
 }
