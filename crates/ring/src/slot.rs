@@ -109,7 +109,15 @@ mod tests {
                 "key {key:?}"
             );
         }
-        for key in [&b"{}"[..], b"{}x", b"x{}", b"{a}", b"}{a}", b"{{}}", b"250-byte"] {
+        for key in [
+            &b"{}"[..],
+            b"{}x",
+            b"x{}",
+            b"{a}",
+            b"}{a}",
+            b"{{}}",
+            b"250-byte",
+        ] {
             assert_eq!(key_slot(key), redis_protocol::redis_keyslot(key));
         }
     }
