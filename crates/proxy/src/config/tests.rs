@@ -978,6 +978,8 @@ fn cluster_mode_errors_are_named() {
     assert_mentions(&e, &["redis.cluster_nodes[0]", "bad address"]);
     let e = err_full(&format!("{CLUSTER}on_shard_down = \"eject\"\n"));
     assert_mentions(&e, &["redis.on_shard_down", "cluster"]);
+    let e = err_full(&format!("{CLUSTER}tls = true\n"));
+    assert_mentions(&e, &["redis.tls", "cluster"]);
     let e = err_full(&CLUSTER.replace("\"cluster\"", "\"sentinel\""));
     assert_mentions(&e, &["standalone", "cluster"]);
 }
