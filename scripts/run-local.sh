@@ -7,6 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
+# CLUSTER=1: a local Redis Cluster instead of standalone shards.
+[ "${CLUSTER:-0}" = 1 ] && exec ./scripts/run-local-cluster.sh
+
 CONFIG=${MEMSHIFT_CONFIG:-config/local.toml}
 REDIS_PORTS=(6379 6380 6381)
 MEMCACHED_PORT=21211

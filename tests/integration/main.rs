@@ -6,6 +6,7 @@
 
 mod auth;
 mod cas_concurrency;
+mod cluster;
 mod deploy;
 mod differential;
 mod memccapable;

@@ -12,6 +12,7 @@ pub mod migration_support;
 pub mod ops_support;
 pub mod process;
 pub mod python;
+pub mod redis_cluster;
 pub mod resp;
 pub mod tls;
 pub mod verify;

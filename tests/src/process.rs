@@ -18,7 +18,7 @@ use crate::resp::{RedisClient, Resp};
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(20);
 
-fn temp_dir(prefix: &str) -> TempDir {
+pub(crate) fn temp_dir(prefix: &str) -> TempDir {
     tempfile::Builder::new()
         .prefix(prefix)
         .tempdir()
@@ -32,7 +32,7 @@ fn append_log(path: &Path) -> io::Result<File> {
 /// Spawns `cmd` with stdin closed and stdout/stderr appended to files, so a
 /// chatty child can never block on a full pipe. On Linux the child is killed
 /// if the spawning thread (the test) dies without cleaning up.
-fn spawn(mut cmd: Command, stdout: &Path, stderr: &Path) -> io::Result<Child> {
+pub(crate) fn spawn(mut cmd: Command, stdout: &Path, stderr: &Path) -> io::Result<Child> {
     cmd.stdin(Stdio::null())
         .stdout(append_log(stdout)?)
         .stderr(append_log(stderr)?);
@@ -50,7 +50,7 @@ fn spawn(mut cmd: Command, stdout: &Path, stderr: &Path) -> io::Result<Child> {
     cmd.spawn()
 }
 
-fn kill_and_reap(child: &mut Option<Child>) {
+pub(crate) fn kill_and_reap(child: &mut Option<Child>) {
     if let Some(mut c) = child.take() {
         let _ = c.kill();
         let _ = c.wait();

@@ -51,6 +51,17 @@ pub trait Codec: Send + 'static {
     /// Hand a reply to its caller, or ask for a re-send.
     fn deliver(&mut self, caller: Self::Caller, reply: Self::Reply) -> Delivery<Self::Caller>;
 
+    /// `deliver`, for a codec that needs the request's bytes to act on its
+    /// reply (Redis Cluster: re-send a redirected request to another node).
+    fn deliver_request(
+        &mut self,
+        caller: Self::Caller,
+        reply: Self::Reply,
+        _bytes: &Bytes,
+    ) -> Delivery<Self::Caller> {
+        self.deliver(caller, reply)
+    }
+
     /// Answer a caller with no reply.
     fn fail(caller: Self::Caller, err: BackendError);
 

@@ -355,7 +355,8 @@ impl<C: Codec> Connection<C> {
             let Some(caller) = slot.caller else {
                 continue;
             };
-            if let Delivery::Resend(caller) = self.codec.deliver(caller, reply) {
+            if let Delivery::Resend(caller) = self.codec.deliver_request(caller, reply, &slot.bytes)
+            {
                 let before = wbuf.len();
                 let (replies, expect) = self.codec.resend_preamble(wbuf);
                 self.queued += (wbuf.len() - before) as u64;

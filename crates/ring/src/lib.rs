@@ -63,6 +63,9 @@ use std::fmt;
 use twox_hash::XxHash3_64;
 
 pub mod legacy;
+pub mod slot;
+
+pub use slot::{key_slot, SLOT_COUNT};
 
 /// One shard as the ring sees it: a stable identity (its name, or its
 /// address when unnamed) and a weight.

@@ -6,7 +6,7 @@ use super::runner::run_script;
 /// deleted, so every item sits in never-used (zeroed) memory: that makes
 /// memcached's incr/decr of values of 2^63 and more deterministic (see
 /// `Gen::maybe_big`), which the random stream has to avoid.
-pub(super) const FIXED_SCRIPT: &[(&str, &[u8])] = &[
+pub(crate) const FIXED_SCRIPT: &[(&str, &[u8])] = &[
     (
         "decr 10 -> 9 pads in place",
         b"set fs:a 0 0 2\r\n10\r\ndecr fs:a 1\r\nget fs:a\r\n",

@@ -6,7 +6,7 @@ use super::runner::run_script;
 /// Meta commands: every reply kind (`HD`, `VA`, `EN`, `NS`, `EX`, `NF`,
 /// `MN`, `ME`), the return flags, the anti-stampede flags and tokens, `q`, modes, base64 keys, and the error lines,
 /// each checked against memcached on one connection of fresh servers.
-pub(super) const META_SCRIPT: &[(&str, &[u8])] = &[
+pub(crate) const META_SCRIPT: &[(&str, &[u8])] = &[
     ("mn", b"mn\r\nmn x\r\n"),
     (
         "mg miss, hit, flags in request order",

@@ -78,6 +78,11 @@ mod runner;
 mod stream;
 mod timed;
 
+// Run on a Redis Cluster too (`cluster.rs`).
+pub(crate) use classic_script::FIXED_SCRIPT;
+pub(crate) use meta_script::META_SCRIPT;
+pub(crate) use runner::run_script_on;
+
 /// `memcached -I` and memshift's `[server] max_item_size`.
 pub(super) const MAX_ITEM: usize = 1 << 20;
 /// Values generated as "near the limit" stay below this (memcached counts the

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, McClient, Memcached, Unit};
 
 use super::normalise::{compare, meta_cas, CasMap};
@@ -72,6 +73,30 @@ fn self_check() -> bool {
 }
 
 pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
+    start_sides_on(test, false).map(|(r, t, _)| (r, t))
+}
+
+/// `start_sides`; with `redis_cluster`, memshift runs in cluster mode on a
+/// 6-node Redis Cluster (returned: it must outlive the test).
+pub(super) fn start_sides_on(
+    test: &str,
+    redis_cluster: bool,
+) -> Option<(Memcached, Target, Option<RedisClusterNodes>)> {
+    if redis_cluster && !self_check() {
+        if !require_tools(test, &["memcached", "redis-server", "redis-cli"]) {
+            return None;
+        }
+        let reference = Memcached::start_with_args(&REFERENCE_ARGS);
+        let nodes = RedisClusterNodes::start();
+        let (memshift, config) = nodes.memshift(&format!("max_item_size = {MAX_ITEM}\n"));
+        let target = Target::Memshift(Box::new(Cluster {
+            memshift,
+            shards: Vec::new(),
+            admin_port: 0,
+            config,
+        }));
+        return Some((reference, target, Some(nodes)));
+    }
     let tools: &[&str] = if self_check() {
         &["memcached"]
     } else {
@@ -89,7 +114,7 @@ pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
             ..ClusterOptions::default()
         })))
     };
-    Some((reference, target))
+    Some((reference, target, None))
 }
 
 pub(super) struct Side {
@@ -225,7 +250,12 @@ pub(super) struct Mismatch {
 
 /// Runs `script` on one connection of fresh servers, comparing replies.
 pub(super) fn run_script<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)]) {
-    let Some((reference, target)) = start_sides(test) else {
+    run_script_on(test, script, false)
+}
+
+/// `run_script`, memshift on a Redis Cluster when `redis_cluster`.
+pub(crate) fn run_script_on<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)], redis_cluster: bool) {
+    let Some((reference, target, _nodes)) = start_sides_on(test, redis_cluster) else {
         return;
     };
     let mut r = Side::connect("reference memcached", &reference.addr());

@@ -18,7 +18,7 @@ pub mod server;
 mod validate;
 
 pub use migration::{Distribution, LegacyServerConfig, MemcachedConfig, MigrationConfig, Phase};
-pub use redis::{RedisConfig, RingSection, ShardConfig, ShardDownPolicy};
+pub use redis::{RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolicy};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 
 #[cfg(test)]

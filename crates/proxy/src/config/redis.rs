@@ -9,7 +9,13 @@ use serde::{Deserialize, Deserializer};
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
+    /// Standalone shards on the ring, or one Redis Cluster.
+    pub mode: RedisMode,
     pub shards: Vec<ShardConfig>,
+    /// `mode = "cluster"`: seed nodes the topology is discovered from.
+    pub cluster_nodes: Vec<String>,
+    /// `mode = "cluster"`: how often the slot map is re-read.
+    pub cluster_refresh_ms: u64,
     pub connections_per_shard: usize,
     /// Per-request timeout.
     pub timeout_ms: u64,
@@ -32,7 +38,10 @@ pub struct RedisConfig {
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
+            mode: RedisMode::Standalone,
             shards: Vec::new(),
+            cluster_nodes: Vec::new(),
+            cluster_refresh_ms: 5000,
             connections_per_shard: 2,
             timeout_ms: 500,
             connect_timeout_ms: 1000,
@@ -55,7 +64,10 @@ impl Default for RedisConfig {
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
+            .field("mode", &self.mode)
             .field("shards", &self.shards)
+            .field("cluster_nodes", &self.cluster_nodes)
+            .field("cluster_refresh_ms", &self.cluster_refresh_ms)
             .field("connections_per_shard", &self.connections_per_shard)
             .field("timeout_ms", &self.timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
@@ -74,6 +86,27 @@ impl fmt::Debug for RedisConfig {
             .field("tls_key", &self.tls_key)
             .field("tls_server_name", &self.tls_server_name)
             .finish()
+    }
+}
+
+/// Where items live: standalone shards or a Redis Cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// `redis.shards` on memshift's own xxh3 ring.
+    #[default]
+    Standalone,
+    /// One Redis Cluster, found from `redis.cluster_nodes`: its hash slots
+    /// place the keys.
+    Cluster,
+}
+
+impl RedisMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedisMode::Standalone => "standalone",
+            RedisMode::Cluster => "cluster",
+        }
     }
 }
 

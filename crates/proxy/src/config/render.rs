@@ -47,6 +47,15 @@ pub(super) fn render(c: &Config) -> String {
 
     let r = &c.redis;
     o.section("redis");
+    o.str("mode", r.mode.as_str());
+    if r.mode == super::RedisMode::Cluster {
+        o.line("cluster_nodes = [");
+        for a in &r.cluster_nodes {
+            o.line(&format!("  {},", quote(a)));
+        }
+        o.line("]");
+        o.raw("cluster_refresh_ms", r.cluster_refresh_ms);
+    }
     o.line("shards = [");
     for sh in &r.shards {
         let mut entry = format!("  {{ addr = {}, weight = {}", quote(&sh.addr), sh.weight);

@@ -944,3 +944,51 @@ fn example_shows_every_key_with_a_comment() {
         assert!(line.contains('#'), "no comment on example line {line:?}");
     }
 }
+
+const CLUSTER: &str = r#"
+[server]
+listen = "127.0.0.1:11211"
+[redis]
+mode = "cluster"
+cluster_nodes = ["127.0.0.1:7000", "127.0.0.1:7001"]
+"#;
+
+#[test]
+fn cluster_mode_parses_with_seeds_and_defaults() {
+    let c = Config::from_toml_str(CLUSTER).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.redis.mode, RedisMode::Cluster);
+    assert_eq!(c.redis.cluster_nodes, ["127.0.0.1:7000", "127.0.0.1:7001"]);
+    assert_eq!(c.redis.cluster_refresh_ms, 5000);
+    assert!(c.redis.shards.is_empty());
+    // Standalone stays the default.
+    assert_eq!(ok("").redis.mode, RedisMode::Standalone);
+}
+
+#[test]
+fn cluster_mode_errors_are_named() {
+    let e = err_full("[server]\nlisten = \"127.0.0.1:1\"\n[redis]\nmode = \"cluster\"\n");
+    assert_mentions(&e, &["redis.cluster_nodes", "no seed"]);
+    let e = err_full(&format!("{CLUSTER}shards = [\"127.0.0.1:6379\"]\n"));
+    assert_mentions(&e, &["redis.shards", "cluster_nodes", "remove one"]);
+    let e = err("cluster_nodes = [\"127.0.0.1:7000\"]\n");
+    assert_mentions(&e, &["redis.cluster_nodes", "mode = \"cluster\""]);
+    let e = err_full(
+        "[server]\nlisten = \"127.0.0.1:1\"\n[redis]\nmode = \"cluster\"\ncluster_nodes = [\"nope\"]\n",
+    );
+    assert_mentions(&e, &["redis.cluster_nodes[0]", "bad address"]);
+    let e = err_full(&format!("{CLUSTER}on_shard_down = \"eject\"\n"));
+    assert_mentions(&e, &["redis.on_shard_down", "cluster"]);
+    let e = err_full(&format!("{CLUSTER}tls = true\n"));
+    assert_mentions(&e, &["redis.tls", "cluster"]);
+    let e = err_full(&CLUSTER.replace("\"cluster\"", "\"sentinel\""));
+    assert_mentions(&e, &["standalone", "cluster"]);
+}
+
+#[test]
+fn cluster_settings_render_and_parse_back() {
+    let c = Config::from_toml_str(CLUSTER).unwrap_or_else(|e| panic!("{e}"));
+    let text = c.render_resolved();
+    assert!(text.contains("mode = \"cluster\""), "{text}");
+    let back = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(back.redis, c.redis);
+}

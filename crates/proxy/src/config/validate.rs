@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::{Ipv6Addr, SocketAddr};
 
-use super::{Config, Phase};
+use super::{Config, Phase, RedisConfig, RedisMode};
 
 /// memcached's `-I` range (ITEM_SIZE_MAX_LOWER_LIMIT / _UPPER_LIMIT).
 const MIN_ITEM_SIZE: usize = 1024;
@@ -104,8 +104,45 @@ fn tls(c: &Config) -> Check {
     at_least("tls.handshake_timeout_ms", t.handshake_timeout_ms, 1)
 }
 
+/// `mode = "cluster"`: seeds instead of shards.
+fn redis_cluster(r: &RedisConfig) -> Check {
+    if !r.shards.is_empty() {
+        return Err("redis.shards: not used with mode = \"cluster\" (the cluster's nodes are discovered from redis.cluster_nodes); remove one of the two".into());
+    }
+    if r.cluster_nodes.is_empty() {
+        return Err("redis.cluster_nodes: no seed nodes; list at least one cluster node \"host:port\" with mode = \"cluster\"".into());
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, a) in r.cluster_nodes.iter().enumerate() {
+        let key = format!("redis.cluster_nodes[{i}]");
+        check_host_port(a).map_err(|e| format!("{key}: bad address {a:?}: {e}"))?;
+        if let Some(j) = seen.insert(a, i) {
+            return Err(format!(
+                "{key}: duplicate seed {a:?} (also redis.cluster_nodes[{j}])"
+            ));
+        }
+    }
+    at_least("redis.cluster_refresh_ms", r.cluster_refresh_ms, 100)?;
+    if r.tls {
+        return Err("redis.tls: not supported with mode = \"cluster\" yet (the cluster's nodes would be reached in plaintext)".into());
+    }
+    if r.on_shard_down == super::ShardDownPolicy::Eject {
+        return Err("redis.on_shard_down: \"eject\" does not apply with mode = \"cluster\" (the cluster fails over to a replica itself); use \"fail\"".into());
+    }
+    redis_common(r)
+}
+
 fn redis(c: &Config) -> Check {
     let r = &c.redis;
+    if r.mode == RedisMode::Cluster {
+        return redis_cluster(r);
+    }
+    if !r.cluster_nodes.is_empty() {
+        return Err(
+            "redis.cluster_nodes: set only with mode = \"cluster\"; standalone shards go in redis.shards"
+                .into(),
+        );
+    }
     if r.shards.is_empty() {
         return Err(
             "redis.shards: no shards; list at least one Redis \"host:port\" in [redis] shards"
@@ -139,6 +176,11 @@ fn redis(c: &Config) -> Check {
             ));
         }
     }
+    redis_common(r)
+}
+
+/// Connection settings both modes share.
+fn redis_common(r: &RedisConfig) -> Check {
     in_range(
         "redis.connections_per_shard",
         r.connections_per_shard as u64,

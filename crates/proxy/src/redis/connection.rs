@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use memshift_pipeline::{
     BackendError, Broken, Codec, ConnectError, Connector, DecodeError, Delivery, Event,
 };
@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-use super::{scripts, ReplyTo};
+use super::{scripts, Routed};
 use crate::metrics::{ErrorKind, ShardMetrics};
 use crate::tls::ShardTls;
 
@@ -48,6 +48,8 @@ impl ConnectionSettings {
 pub(super) struct RedisConnector {
     pub settings: ConnectionSettings,
     pub metrics: ShardMetrics,
+    /// Cluster mode: where redirected requests go.
+    pub cluster: Option<std::sync::Weak<super::cluster::Cluster>>,
 }
 
 impl Connector for RedisConnector {
@@ -118,6 +120,9 @@ impl Connector for RedisConnector {
         RedisCodec {
             parser: ReplyParser::new(),
             metrics: self.metrics.clone(),
+            cluster: self.cluster.clone(),
+            addr: self.settings.addr.clone(),
+            asked: false,
         }
     }
 
@@ -162,24 +167,42 @@ fn load_scripts(out: &mut BytesMut) -> usize {
     scripts::all().len()
 }
 
-/// One RESP frame per request.
+/// One RESP frame per request (two for a request sent after a cluster's
+/// `-ASK`: the `ASKING` reply first, dropped).
 pub(super) struct RedisCodec {
     parser: ReplyParser,
     metrics: ShardMetrics,
+    cluster: Option<std::sync::Weak<super::cluster::Cluster>>,
+    /// This connection's node, for retries on it.
+    addr: String,
+    /// The front request's `ASKING` reply was dropped already.
+    asked: bool,
 }
 
 impl Codec for RedisCodec {
-    type Expect = ();
-    type Caller = ReplyTo;
+    /// True when an `ASKING` reply comes first.
+    type Expect = bool;
+    type Caller = Routed;
     type Reply = Frame;
 
-    fn decode(&mut self, buf: &mut BytesMut, _: ()) -> Result<Option<Frame>, DecodeError> {
-        self.parser
-            .parse(buf)
-            .map_err(|e| DecodeError::Malformed(Box::new(e)))
+    fn decode(&mut self, buf: &mut BytesMut, asking: bool) -> Result<Option<Frame>, DecodeError> {
+        loop {
+            let frame = self
+                .parser
+                .parse(buf)
+                .map_err(|e| DecodeError::Malformed(Box::new(e)))?;
+            match frame {
+                Some(_) if asking && !self.asked => self.asked = true,
+                Some(frame) => {
+                    self.asked = false;
+                    return Ok(Some(frame));
+                }
+                None => return Ok(None),
+            }
+        }
     }
 
-    fn deliver(&mut self, caller: ReplyTo, frame: Frame) -> Delivery<ReplyTo> {
+    fn deliver(&mut self, caller: Routed, frame: Frame) -> Delivery<Routed> {
         // The shard lost its scripts (restart, SCRIPT FLUSH): load them and
         // send the command again.
         if matches!(&frame, Frame::Error(e) if e.starts_with(b"NOSCRIPT")) {
@@ -188,16 +211,29 @@ impl Codec for RedisCodec {
         if matches!(frame, Frame::Error(_)) {
             self.metrics.error(ErrorKind::Server);
         }
-        caller.send(Ok(frame));
+        caller.reply.send(Ok(frame));
         Delivery::Done
     }
 
-    fn fail(caller: ReplyTo, err: BackendError) {
-        caller.send(Err(err));
+    fn deliver_request(&mut self, caller: Routed, frame: Frame, bytes: &Bytes) -> Delivery<Routed> {
+        if let (Frame::Error(e), Some(cluster)) = (&frame, &self.cluster) {
+            if let Some(redirect) = super::cluster::Redirect::parse(e) {
+                match cluster.upgrade() {
+                    Some(cluster) => cluster.forward(redirect, caller, bytes.clone(), &self.addr),
+                    None => caller.reply.send(Err(BackendError::Unavailable)),
+                }
+                return Delivery::Done;
+            }
+        }
+        self.deliver(caller, frame)
     }
 
-    fn resend_preamble(&mut self, out: &mut BytesMut) -> (usize, ()) {
-        (load_scripts(out), ())
+    fn fail(caller: Routed, err: BackendError) {
+        caller.reply.send(Err(err));
+    }
+
+    fn resend_preamble(&mut self, out: &mut BytesMut) -> (usize, bool) {
+        (load_scripts(out), false)
     }
 }
 

@@ -1,11 +1,13 @@
 //! The Redis side: storage encoding, Lua scripts, pipelined shard
 //! connections, and the translation of memcached requests into Redis commands.
 
+pub mod cluster;
 pub mod connection;
 pub mod diverted;
 pub mod encoding;
 pub mod scripts;
 pub mod shard;
+pub mod topology;
 pub mod translate;
 
 use bytes::Bytes;
@@ -44,6 +46,14 @@ impl ReplyTo {
             result,
         });
     }
+}
+
+/// A request's caller on a shard connection: where its reply goes, and how
+/// many times a Redis Cluster redirected or deferred it.
+#[derive(Debug)]
+pub struct Routed {
+    pub reply: ReplyTo,
+    pub hops: u8,
 }
 
 /// What a backend answered.

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use memshift_pipeline::{Pipeline, Request};
 
 use super::connection::{ConnectionSettings, RedisCodec, RedisConnector};
-use super::{BackendError, BackendRequest};
+use super::{BackendError, BackendRequest, Routed};
 use crate::metrics::{ErrorKind, ShardMetrics};
+use bytes::Bytes;
 
 /// Requests a connection queues before new ones fail fast with `Busy`.
 pub const DEFAULT_QUEUE_DEPTH: usize = 10_000;
@@ -35,12 +36,14 @@ impl Shard {
         connections: usize,
         queue_depth: usize,
         metrics: ShardMetrics,
+        cluster: Option<std::sync::Weak<super::cluster::Cluster>>,
     ) -> Shard {
         let conns = (0..connections.max(1))
             .map(|_| {
                 let connector = RedisConnector {
                     settings: settings.clone(),
                     metrics: metrics.clone(),
+                    cluster: cluster.clone(),
                 };
                 Pipeline::start(connector, settings.engine(), queue_depth)
             })
@@ -58,11 +61,20 @@ impl Shard {
     /// Queue a request on connection `lane` (taken modulo the count). Never
     /// waits: a full queue or a stopped connection answers the request at once.
     pub fn send(&self, lane: usize, req: BackendRequest) {
+        let caller = Routed {
+            reply: req.reply,
+            hops: 0,
+        };
+        self.send_routed(lane, req.cmd, false, caller);
+    }
+
+    /// Queue `bytes` (after `ASKING` when `asking`: the bytes hold both).
+    pub(super) fn send_routed(&self, lane: usize, bytes: Bytes, asking: bool, caller: Routed) {
         let conn = &self.conns[lane % self.conns.len()];
         let sent = conn.send(Request {
-            bytes: req.cmd,
-            expect: (),
-            caller: req.reply,
+            bytes,
+            expect: asking,
+            caller,
         });
         // Refused (and answered already): count it.
         if let Err(err) = sent {

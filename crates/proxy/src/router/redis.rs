@@ -11,20 +11,22 @@ use memshift_protocol::resp::Frame;
 use memshift_ring::{Ring, RingConfig, ShardSpec};
 use tokio::sync::mpsc;
 
-use crate::config::{Config, ShardDownPolicy};
+use crate::config::{Config, RedisMode, ShardDownPolicy};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+use crate::redis::cluster::Cluster;
 use crate::redis::connection::ConnectionSettings;
 use crate::redis::shard::Shard;
 use crate::redis::{BackendError, BackendReply, BackendRequest, Reply, ReplyTo};
 use crate::router::Access;
 
-/// How keys map to shards. One kind today; a Redis Cluster (slot map,
-/// redirects) is another variant.
+/// How keys map to shards.
 #[derive(Debug)]
 pub enum Placement {
     /// Standalone shards on the xxh3 vnode ring, with ejection.
     Ring(RingPlacement),
+    /// One Redis Cluster: its hash slots (redirects followed underneath).
+    Cluster(Arc<Cluster>),
 }
 
 impl Placement {
@@ -32,6 +34,7 @@ impl Placement {
     fn locate(&self, key: &[u8], access: Access, shards: &[Arc<Shard>]) -> usize {
         match self {
             Placement::Ring(ring) => ring.locate(key, access, shards),
+            Placement::Cluster(cluster) => cluster.locate(key),
         }
     }
 
@@ -39,18 +42,22 @@ impl Placement {
     fn owner(&self, key: &[u8]) -> usize {
         match self {
             Placement::Ring(ring) => ring.ring.locate(key),
+            Placement::Cluster(cluster) => cluster.locate(key),
         }
     }
 
     fn ejects(&self) -> bool {
         match self {
             Placement::Ring(ring) => ring.policy == ShardDownPolicy::Eject,
+            Placement::Cluster(_) => false,
         }
     }
 
     fn health_changed(&self, shards: &[Arc<Shard>]) {
         match self {
             Placement::Ring(ring) => ring.health_changed(shards),
+            // The cluster fails over itself; its map follows on refresh.
+            Placement::Cluster(_) => {}
         }
     }
 }
@@ -159,8 +166,16 @@ impl RedisBackends {
         previous: Option<&RedisBackends>,
         metrics: &Metrics,
     ) -> Result<RedisBackends, ProxyError> {
-        let placement = Placement::Ring(RingPlacement::new(config)?);
         let redis = &config.redis;
+        if redis.mode == RedisMode::Cluster {
+            let cluster = Cluster::start(config, metrics).map_err(ProxyError::Other)?;
+            return Ok(RedisBackends {
+                shards: cluster.shards.clone(),
+                placement: Placement::Cluster(cluster),
+                request_timeout: Duration::from_millis(redis.timeout_ms),
+            });
+        }
+        let placement = Placement::Ring(RingPlacement::new(config)?);
         let redis_tls = crate::tls::RedisTls::from_config(redis)?;
         let shards: Vec<Arc<Shard>> = redis
             .shards
@@ -189,6 +204,7 @@ impl RedisBackends {
                         redis.connections_per_shard,
                         redis.max_inflight_per_connection,
                         metrics.shard(memshift_shadow::Backend::Redis, s.id()),
+                        None,
                     )),
                 }
             })
@@ -286,6 +302,25 @@ impl RedisBackends {
             self.send(i, 0, cmd.clone(), reply);
         }
         rx
+    }
+
+    /// The shards a `flush_all` empties: every master of a cluster, else
+    /// every shard.
+    pub fn flush_targets(&self) -> Vec<usize> {
+        match &self.placement {
+            Placement::Cluster(cluster) => cluster.masters(),
+            Placement::Ring(_) => (0..self.shards.len()).collect(),
+        }
+    }
+
+    /// Cluster mode: the hash slot of `key` (a cluster refuses multi-key
+    /// commands across slots); `None` on the ring.
+    #[inline]
+    pub fn cluster_slot(&self, key: &[u8]) -> Option<u16> {
+        match &self.placement {
+            Placement::Cluster(_) => Some(memshift_ring::key_slot(key)),
+            Placement::Ring(_) => None,
+        }
     }
 
     /// The health monitor changed a shard's state: the placement follows.

@@ -45,7 +45,7 @@ impl Session {
             }
         };
         if flush_now {
-            for shard in 0..routes.redis().shards.len() {
+            for shard in routes.redis().flush_targets() {
                 translate::flush(&mut self.cmd_buf);
                 self.send(
                     routes,

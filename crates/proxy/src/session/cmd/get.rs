@@ -114,6 +114,9 @@ impl Session {
         let server_count = legacy.map_or(0, |l| l.server_count());
         let mut redis_groups: Vec<Vec<&[u8]>> = vec![Vec::new(); shard_count];
         let mut mc_groups: Vec<Vec<&[u8]>> = vec![Vec::new(); server_count];
+        // Cluster mode: one group per (node, slot), numbered from
+        // `shard_count` on (a cluster refuses an MGET across slots).
+        let mut slot_groups: Vec<(usize, u16)> = Vec::new();
         // (side, group, index within group) per key, before parts are numbered.
         let mut placed: Vec<(Backend, u32, u32)> = Vec::with_capacity(retrieval.keys.len());
         let mut any_backfill = false;
@@ -127,7 +130,18 @@ impl Session {
                 Target::Memcached { server } => (&mut mc_groups, server),
                 Target::Redis { shard } => {
                     any_backfill |= !touch && migration.backfills(route.sides());
-                    (&mut redis_groups, shard)
+                    let group = match routes.redis().cluster_slot(key) {
+                        None => shard,
+                        Some(slot) => match slot_groups.iter().position(|&g| g == (shard, slot)) {
+                            Some(g) => shard_count + g,
+                            None => {
+                                slot_groups.push((shard, slot));
+                                redis_groups.push(Vec::new());
+                                redis_groups.len() - 1
+                            }
+                        },
+                    };
+                    (&mut redis_groups, group)
                 }
             };
             let index = groups[group].len() as u32;
@@ -135,7 +149,11 @@ impl Session {
             groups[group].push(key);
         }
         let mut parts = 0u32;
-        let mut redis_part = vec![u32::MAX; shard_count];
+        let group_shard = |group: usize| match group.checked_sub(shard_count) {
+            Some(g) => slot_groups.get(g).map_or(usize::MAX, |&(shard, _)| shard),
+            None => group,
+        };
+        let mut redis_part = vec![u32::MAX; redis_groups.len()];
         let mut mc_part = vec![u32::MAX; server_count];
         // gat/gats on Redis: one GETEX per key, each its own part.
         let mut getex_part: Vec<u32> = Vec::new();
@@ -144,7 +162,7 @@ impl Session {
                 if placed[i].0 == Backend::Redis {
                     translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     let target = Target::Redis {
-                        shard: placed[i].1 as usize,
+                        shard: group_shard(placed[i].1 as usize),
                     };
                     self.send(routes, target, ReplyShape::Line, seq, parts);
                     getex_part.push(parts);
@@ -154,14 +172,16 @@ impl Session {
                 }
             }
         } else {
-            for (shard, group) in redis_groups.iter().enumerate() {
+            for (g, group) in redis_groups.iter().enumerate() {
                 if group.is_empty() {
                     continue;
                 }
                 translate::mget(&mut self.cmd_buf, group.iter().copied());
-                let target = Target::Redis { shard };
+                let target = Target::Redis {
+                    shard: group_shard(g),
+                };
                 self.send(routes, target, ReplyShape::Line, seq, parts);
-                redis_part[shard] = parts;
+                redis_part[g] = parts;
                 parts += 1;
             }
         }

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `CLUSTER=1 make run`: a 6-node Redis Cluster (3 masters, 3 replicas) on
+# 127.0.0.1:7000-7005 with data under a temp dir, then memshift in the
+# foreground in `mode = "cluster"`. Ctrl-C stops everything it started.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+PORTS=(7000 7001 7002 7003 7004 7005)
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v redis-server >/dev/null 2>&1 || { apt_install redis-server; stop_packaged_service redis-server; }
+command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found"
+
+log "cargo build --release -p memshift-proxy"
+cargo build --release -p memshift-proxy
+bin=${CARGO_TARGET_DIR:-target}/release/memshift
+
+for port in "${PORTS[@]}" 11211 9121; do
+    port_in_use "$port" && die "127.0.0.1:$port is already in use"
+done
+
+TMP=$(mktemp -d -t memshift-cluster.XXXXXX)
+pids=()
+cleanup() {
+    trap - INT TERM EXIT
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$TMP"
+    log "stopped; removed $TMP"
+}
+trap cleanup INT TERM EXIT
+
+addrs=()
+for port in "${PORTS[@]}"; do
+    mkdir -p "$TMP/$port"
+    redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+        --cluster-config-file nodes.conf --save '' --appendonly no \
+        --daemonize no --dir "$TMP/$port" >"$TMP/redis-$port.log" 2>&1 &
+    pids+=("$!")
+    addrs+=("127.0.0.1:$port")
+done
+for port in "${PORTS[@]}"; do
+    wait_for_port "$port" 10 || die "nothing listens on 127.0.0.1:$port (logs in $TMP)"
+done
+redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$TMP/create.log"
+for port in "${PORTS[@]}"; do
+    for _ in $(seq 100); do
+        redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok' && break
+        sleep 0.2
+    done
+done
+cat >"$TMP/memshift.toml" <<TOML
+[server]
+listen = "127.0.0.1:11211"
+[admin]
+listen = "127.0.0.1:9121"
+[redis]
+mode = "cluster"
+cluster_nodes = ["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]
+[migration]
+phase = "redis"
+TOML
+log "redis cluster on ${PORTS[*]} (data and logs in $TMP)"
+log "memshift --config $TMP/memshift.toml (Ctrl-C to stop everything)"
+"$bin" --config "$TMP/memshift.toml" &
+pids+=("$!")
+status=0
+wait "$!" || status=$?
+exit "$status"

@@ -1,0 +1,230 @@
+//! A real Redis Cluster on loopback: 6 `redis-server --cluster-enabled yes`
+//! processes on free ports, joined by `redis-cli --cluster create` into 3
+//! masters with one replica each, stopped by PID on drop.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::env::free_port;
+use crate::process::{
+    kill_and_reap, run_with_timeout, spawn, start_memshift_on_free_ports, temp_dir, Memshift,
+};
+use crate::resp::{RedisClient, Resp};
+
+const READY: Duration = Duration::from_secs(60);
+
+pub struct RedisClusterNodes {
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+    dir: TempDir,
+}
+
+impl RedisClusterNodes {
+    /// Starts 6 nodes and waits for `cluster_state:ok` on every one.
+    pub fn start() -> Self {
+        let dir = temp_dir("memshift-rcluster-");
+        let mut nodes = RedisClusterNodes {
+            ports: Vec::new(),
+            children: Vec::new(),
+            dir,
+        };
+        for i in 0..6 {
+            // A port taken between free_port() and bind: try another.
+            let mut started = false;
+            for _ in 0..5 {
+                let port = free_port();
+                if let Ok(child) = nodes.spawn_node(i, port) {
+                    nodes.ports.push(port);
+                    nodes.children.push(Some(child));
+                    started = true;
+                    break;
+                }
+            }
+            assert!(started, "could not start cluster node {i}");
+        }
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for a in nodes.addrs() {
+            cmd.arg(a);
+        }
+        cmd.args(["--cluster-replicas", "1", "--cluster-yes"]);
+        let out = run_with_timeout(cmd, READY)
+            .unwrap_or_else(|e| panic!("redis-cli --cluster create: {e}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        nodes.wait_ok();
+        nodes
+    }
+
+    fn spawn_node(&self, i: usize, port: u16) -> Result<Child, String> {
+        let node_dir = self.dir.path().join(format!("n{i}-{port}"));
+        std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "2000"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .arg("--dir")
+            .arg(&node_dir);
+        let log = node_dir.join("redis.log");
+        let mut child = spawn(cmd, &log, &log).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let addr = format!("127.0.0.1:{port}");
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Err(std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            let pong = RedisClient::connect(&addr, Duration::from_millis(300))
+                .and_then(|mut c| c.cmd(&[b"PING"]))
+                .map(|r| r == Resp::Simple("PONG".into()))
+                .unwrap_or(false);
+            if pong {
+                return Ok(child);
+            }
+            if Instant::now() > deadline {
+                let mut c = Some(child);
+                kill_and_reap(&mut c);
+                return Err("not ready".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// One command on node `i`.
+    pub fn cmd(&self, i: usize, args: &[&[u8]]) -> Resp {
+        RedisClient::connect(&self.addrs()[i], Duration::from_secs(2))
+            .and_then(|mut c| c.cmd(args))
+            .unwrap_or_else(|e| panic!("node {i}: {e}"))
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and agrees
+    /// on the slot owners.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + READY;
+        loop {
+            let ok = (0..self.ports.len())
+                .filter(|&i| self.children[i].is_some())
+                .all(|i| {
+                    RedisClient::connect(&self.addrs()[i], Duration::from_millis(500))
+                        .and_then(|mut c| c.cmd(&[b"CLUSTER", b"INFO"]))
+                        .map(|r| match r {
+                            Resp::Bulk(Some(b)) => {
+                                String::from_utf8_lossy(&b).contains("cluster_state:ok")
+                            }
+                            _ => false,
+                        })
+                        .unwrap_or(false)
+                });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis cluster not ok after {READY:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// (first slot, last slot, master node index) per range, from node 0.
+    pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
+        let r = self.cmd(0, &[b"CLUSTER", b"SLOTS"]);
+        let Resp::Array(Some(ranges)) = r else {
+            panic!("CLUSTER SLOTS: {r:?}")
+        };
+        let mut out = Vec::new();
+        for range in ranges {
+            let Resp::Array(Some(items)) = range else {
+                continue;
+            };
+            if let (Resp::Int(a), Resp::Int(b), Resp::Array(Some(m))) =
+                (&items[0], &items[1], &items[2])
+            {
+                if let Resp::Int(port) = m[1] {
+                    let node = self.ports.iter().position(|&p| i64::from(p) == port);
+                    out.push((*a as u16, *b as u16, node.expect("a known port")));
+                }
+            }
+        }
+        out
+    }
+
+    /// The node (index) that is master for `slot`.
+    pub fn master_of(&self, slot: u16) -> usize {
+        self.slot_ranges()
+            .into_iter()
+            .find(|&(a, b, _)| (a..=b).contains(&slot))
+            .map(|r| r.2)
+            .unwrap_or_else(|| panic!("slot {slot} has no master"))
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub fn keyslot(&self, key: &str) -> u16 {
+        match self.cmd(0, &[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
+            Resp::Int(s) => u16::try_from(s).expect("slot"),
+            r => panic!("CLUSTER KEYSLOT: {r:?}"),
+        }
+    }
+
+    /// Nodes that are masters serving slots.
+    pub fn masters(&self) -> Vec<usize> {
+        let mut m: Vec<usize> = self.slot_ranges().into_iter().map(|r| r.2).collect();
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+
+    pub fn node_id(&self, i: usize) -> Vec<u8> {
+        match self.cmd(i, &[b"CLUSTER", b"MYID"]) {
+            Resp::Bulk(Some(id)) => id,
+            r => panic!("CLUSTER MYID: {r:?}"),
+        }
+    }
+
+    /// Stop node `i` (by its PID).
+    pub fn stop(&mut self, i: usize) {
+        kill_and_reap(&mut self.children[i]);
+    }
+
+    /// memshift in cluster mode over these nodes (two seeds).
+    pub fn memshift(&self, server_extra: &str) -> (Memshift, String) {
+        let seeds = self.addrs()[..2]
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (m, _, config) = start_memshift_on_free_ports(|port, admin| {
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{port}\"\n{server_extra}\n\
+                 [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+                 [redis]\nmode = \"cluster\"\ncluster_nodes = [{seeds}]\ntimeout_ms = 1000\ncluster_refresh_ms = 500\n\n\
+                 [migration]\nphase = \"redis\"\n"
+            )
+        });
+        (m, config)
+    }
+}
+
+impl Drop for RedisClusterNodes {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            kill_and_reap(c);
+        }
+    }
+}
