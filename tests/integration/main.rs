@@ -11,6 +11,7 @@ mod differential;
 mod memccapable;
 mod meta_capable;
 mod migration;
+mod near_cache;
 mod observability;
 mod ops;
 mod oversize_refusal;

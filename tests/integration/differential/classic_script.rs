@@ -81,3 +81,9 @@ pub(super) const FIXED_SCRIPT: &[(&str, &[u8])] = &[
 fn differential_fixed_script() {
     run_script("differential_fixed_script", FIXED_SCRIPT);
 }
+
+/// The same script with the near cache on (every get admitted).
+#[test]
+fn differential_fixed_script_near_cache() {
+    super::runner::run_script_with("differential_fixed_script_near_cache", FIXED_SCRIPT, true);
+}

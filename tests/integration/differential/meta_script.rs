@@ -117,3 +117,9 @@ pub(super) const META_SCRIPT: &[(&str, &[u8])] = &[
 fn differential_meta_script() {
     run_script("differential_meta_script", META_SCRIPT);
 }
+
+/// The same script with the near cache on (every get admitted).
+#[test]
+fn differential_meta_script_near_cache() {
+    super::runner::run_script_with("differential_meta_script_near_cache", META_SCRIPT, true);
+}

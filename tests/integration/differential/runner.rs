@@ -71,7 +71,21 @@ fn self_check() -> bool {
     matches!(std::env::var("DIFF_TARGET").as_deref(), Ok("memcached"))
 }
 
+/// `[near_cache]` for a target run with the near cache on: every read
+/// admitted, so each get after the first is a cache candidate.
+pub(super) const NEAR_CACHE_ON: &str = "[near_cache]\nenabled = true\nadmit_reads = 1\n";
+
+/// `DIFF_NEAR_CACHE=1`: the generated stream runs against memshift with
+/// the near cache on.
+fn near_cache_from_env() -> bool {
+    matches!(std::env::var("DIFF_NEAR_CACHE").as_deref(), Ok("1"))
+}
+
 pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
+    start_sides_with(test, near_cache_from_env())
+}
+
+pub(super) fn start_sides_with(test: &str, near_cache: bool) -> Option<(Memcached, Target)> {
     let tools: &[&str] = if self_check() {
         &["memcached"]
     } else {
@@ -86,6 +100,11 @@ pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
     } else {
         Target::Memshift(Box::new(Cluster::start_with(ClusterOptions {
             server_extra: format!("max_item_size = {MAX_ITEM}\n"),
+            extra_tables: if near_cache {
+                NEAR_CACHE_ON.into()
+            } else {
+                String::new()
+            },
             ..ClusterOptions::default()
         })))
     };
@@ -225,7 +244,12 @@ pub(super) struct Mismatch {
 
 /// Runs `script` on one connection of fresh servers, comparing replies.
 pub(super) fn run_script(test: &str, script: &[(&str, &[u8])]) {
-    let Some((reference, target)) = start_sides(test) else {
+    run_script_with(test, script, near_cache_from_env())
+}
+
+/// [`run_script`], with memshift's near cache on or off.
+pub(super) fn run_script_with(test: &str, script: &[(&str, &[u8])], near_cache: bool) {
+    let Some((reference, target)) = start_sides_with(test, near_cache) else {
         return;
     };
     let mut r = Side::connect("reference memcached", &reference.addr());

@@ -107,6 +107,9 @@ pub struct Session {
     /// SIGTERM: read nothing more, but answer every complete request
     /// already in the read buffer before closing.
     draining: bool,
+    /// Near cache: hash of the key the request being dispatched writes
+    /// (for its `Pending`).
+    near_written: Option<u64>,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
@@ -140,6 +143,7 @@ impl Session {
             base_seq: 0,
             waiting: 0,
             current_command: NO_COMMAND,
+            near_written: None,
             current_start: Instant::now(),
             replies: None,
             last_input: Instant::now(),
@@ -465,6 +469,7 @@ impl Session {
             waiting: 0,
             bytes: 0,
             results: Results::None,
+            near_written: self.near_written.take(),
         });
     }
 
@@ -482,6 +487,7 @@ impl Session {
             waiting: parts,
             bytes: 0,
             results: Results::with_parts(parts),
+            near_written: self.near_written.take(),
         });
     }
 
