@@ -35,6 +35,8 @@ use std::sync::{Arc, OnceLock};
 use crate::metrics::Metrics;
 
 pub mod store;
+#[cfg(test)]
+mod tests;
 pub mod tracking;
 
 pub use tracking::Tracking;

@@ -43,12 +43,12 @@ impl Tracking {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn lost(&self) {
+    pub(super) fn lost(&self) {
         self.live.store(false, Ordering::Release);
         self.drop_all();
     }
 
-    fn tracking_again(&self) {
+    pub(super) fn tracking_again(&self) {
         self.drop_all();
         self.live.store(true, Ordering::Release);
     }

@@ -85,6 +85,8 @@ impl Session {
             let key = retrieval.keys.iter().next().unwrap_or_default();
             // gat/gats change the item's TTL: a write for placement.
             let route = if touch {
+                // gat/gats change the TTL a cached entry is bounded by.
+                self.near_write(key);
                 routes.route(key)
             } else {
                 routes.route_read(key)
@@ -96,7 +98,6 @@ impl Session {
                 }
                 Target::Redis { shard } => {
                     if touch {
-                        self.near_write(key);
                         translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     } else {
                         match self.near_lookup(routes, shard, key) {
@@ -161,8 +162,8 @@ impl Session {
         let mut getex_part: Vec<u32> = Vec::new();
         if touch {
             for (i, key) in retrieval.keys.iter().enumerate() {
+                self.near_write(key);
                 if placed[i].0 == Backend::Redis {
-                    self.near_write(key);
                     translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     let target = Target::Redis {
                         shard: placed[i].1 as usize,
@@ -311,6 +312,12 @@ impl Session {
         let mut cursors: Vec<usize> = Vec::new();
         let mut compared: Option<Compared> = None;
         let mut near_fill = r.near_fill.take();
+        if let (Some(_), Some(near)) = (r.touch, crate::near_cache::get()) {
+            // gat/gats: again before the reply (read-your-writes).
+            for key in r.keys.iter() {
+                near.invalidate(key);
+            }
+        }
         for (i, key) in r.keys.iter().enumerate() {
             let Some(slot) = r.plan.slot(i) else {
                 continue;
