@@ -63,3 +63,37 @@ pub(super) fn validate(c: &NearCacheConfig) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const BASE: &str =
+        "[server]\nlisten = \"127.0.0.1:11211\"\n[redis]\nshards = [\"127.0.0.1:6379\"]\n";
+
+    fn load(extra: &str) -> Result<Config, String> {
+        Config::from_toml_str(&format!("{BASE}{extra}")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn off_by_default_and_every_bound_named() {
+        let c = load("").unwrap();
+        assert!(!c.near_cache.enabled);
+        assert_eq!(c.near_cache.max_ttl_ms, 2_000);
+        let on = load("[near_cache]\nenabled = true\nmax_bytes = 4096\nadmit_reads = 1\n").unwrap();
+        assert!(on.near_cache.enabled);
+        for (bad, key) in [
+            ("max_bytes = 10", "near_cache.max_bytes"),
+            ("max_ttl_ms = 0", "near_cache.max_ttl_ms"),
+            ("max_ttl_ms = 60001", "near_cache.max_ttl_ms"),
+            ("admit_reads = 0", "near_cache.admit_reads"),
+            ("admit_reads = 3", "near_cache.admit_reads"),
+            ("admit_window_ms = 0", "near_cache.admit_window_ms"),
+        ] {
+            let e = load(&format!("[near_cache]\n{bad}\n")).unwrap_err();
+            assert!(e.starts_with(key), "{bad}: {e}");
+        }
+        assert!(load("[near_cache]\nsize = 1\n").is_err(), "unknown key");
+        assert_eq!(c.restart_required_changes(&on), vec!["near_cache.enabled"]);
+    }
+}
