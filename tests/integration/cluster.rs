@@ -14,12 +14,17 @@ const TOOLS: &[&str] = &["redis-server", "redis-cli"];
 
 #[test]
 fn cluster_differential_fixed_script() {
-    run_script_on("cluster_differential_fixed_script", FIXED_SCRIPT, true);
+    run_script_on(
+        "cluster_differential_fixed_script",
+        FIXED_SCRIPT,
+        true,
+        false,
+    );
 }
 
 #[test]
 fn cluster_differential_meta_script() {
-    run_script_on("cluster_differential_meta_script", META_SCRIPT, true);
+    run_script_on("cluster_differential_meta_script", META_SCRIPT, true, false);
 }
 
 #[test]

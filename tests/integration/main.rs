@@ -13,6 +13,7 @@ mod memccapable;
 mod meta_capable;
 mod meta_stampede;
 mod migration;
+mod near_cache;
 mod observability;
 mod ops;
 mod oversize_refusal;

@@ -14,6 +14,7 @@ pub mod fd_limit;
 pub mod flush;
 pub mod health;
 pub mod metrics;
+pub mod near_cache;
 pub mod proxy;
 pub mod redis;
 pub mod ring_plan;

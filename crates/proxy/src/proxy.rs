@@ -22,6 +22,7 @@ pub struct Settings {
     pub idle_timeout: Option<Duration>,
     pub max_pending_replies: usize,
     pub max_pending_bytes: usize,
+    pub near_cache: crate::near_cache::store::Limits,
 }
 
 impl Settings {
@@ -37,6 +38,12 @@ impl Settings {
                 .then(|| Duration::from_millis(server.idle_timeout_ms)),
             max_pending_replies: server.max_pending_replies,
             max_pending_bytes: server.max_pending_bytes,
+            near_cache: crate::near_cache::store::Limits {
+                max_bytes: config.near_cache.max_bytes,
+                max_ttl: Duration::from_millis(config.near_cache.max_ttl_ms),
+                admit_reads: config.near_cache.admit_reads,
+                admit_window: Duration::from_millis(config.near_cache.admit_window_ms),
+            },
         }
     }
 }

@@ -69,6 +69,9 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     );
     metrics.set_phase(config.migration.phase.as_str());
     let cas_seed = crate::proxy::random_seed();
+    if config.near_cache.enabled {
+        crate::near_cache::init(metrics.clone(), threads);
+    }
     let generation = Generation::build(&config, None, &metrics, cas_seed)?;
     metrics.set_phase(generation.migration.phase.as_str());
     let proxy = Arc::new(Proxy::new(

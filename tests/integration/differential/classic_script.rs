@@ -159,3 +159,9 @@ fn differential_fixed_script() {
     script.extend(chunked_cases());
     run_script("differential_fixed_script", &script);
 }
+
+/// The same script with the near cache on (every get admitted).
+#[test]
+fn differential_fixed_script_near_cache() {
+    super::runner::run_script_with("differential_fixed_script_near_cache", FIXED_SCRIPT, true);
+}

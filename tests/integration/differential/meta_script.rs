@@ -229,3 +229,9 @@ fn differential_meta_script() {
     script.extend(chunked_cases());
     run_script("differential_meta_script", &script);
 }
+
+/// The same script with the near cache on (every get admitted).
+#[test]
+fn differential_meta_script_near_cache() {
+    super::runner::run_script_with("differential_meta_script_near_cache", META_SCRIPT, true);
+}

@@ -72,8 +72,23 @@ fn self_check() -> bool {
     matches!(std::env::var("DIFF_TARGET").as_deref(), Ok("memcached"))
 }
 
+/// `[near_cache]` for a target run with the near cache on: every read
+/// admitted, so each get after the first is a cache candidate.
+pub(super) const NEAR_CACHE_ON: &str = "[near_cache]\nenabled = true\nadmit_reads = 1\n";
+
+/// `DIFF_NEAR_CACHE=1`: the generated stream runs against memshift with
+/// the near cache on.
+fn near_cache_from_env() -> bool {
+    matches!(std::env::var("DIFF_NEAR_CACHE").as_deref(), Ok("1"))
+}
+
 pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
-    start_sides_on(test, false).map(|(r, t, _)| (r, t))
+    start_sides_with(test, near_cache_from_env())
+}
+
+/// [`start_sides`], with memshift's near cache on or off.
+pub(super) fn start_sides_with(test: &str, near_cache: bool) -> Option<(Memcached, Target)> {
+    start_sides_on(test, false, near_cache).map(|(r, t, _)| (r, t))
 }
 
 /// `start_sides`; with `redis_cluster`, memshift runs in cluster mode on a
@@ -81,6 +96,7 @@ pub(super) fn start_sides(test: &str) -> Option<(Memcached, Target)> {
 pub(super) fn start_sides_on(
     test: &str,
     redis_cluster: bool,
+    near_cache: bool,
 ) -> Option<(Memcached, Target, Option<RedisClusterNodes>)> {
     if redis_cluster && !self_check() {
         if !require_tools(test, &["memcached", "redis-server", "redis-cli"]) {
@@ -111,6 +127,11 @@ pub(super) fn start_sides_on(
     } else {
         Target::Memshift(Box::new(Cluster::start_with(ClusterOptions {
             server_extra: format!("max_item_size = {MAX_ITEM}\n"),
+            extra_tables: if near_cache {
+                NEAR_CACHE_ON.into()
+            } else {
+                String::new()
+            },
             ..ClusterOptions::default()
         })))
     };
@@ -250,12 +271,22 @@ pub(super) struct Mismatch {
 
 /// Runs `script` on one connection of fresh servers, comparing replies.
 pub(super) fn run_script<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)]) {
-    run_script_on(test, script, false)
+    run_script_on(test, script, false, near_cache_from_env())
 }
 
-/// `run_script`, memshift on a Redis Cluster when `redis_cluster`.
-pub(crate) fn run_script_on<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)], redis_cluster: bool) {
-    let Some((reference, target, _nodes)) = start_sides_on(test, redis_cluster) else {
+/// [`run_script`], with memshift's near cache on or off.
+pub(super) fn run_script_with<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)], near_cache: bool) {
+    run_script_on(test, script, false, near_cache)
+}
+
+/// [`run_script`], memshift on a Redis Cluster when `redis_cluster`.
+pub(crate) fn run_script_on<B: AsRef<[u8]>>(
+    test: &str,
+    script: &[(&str, B)],
+    redis_cluster: bool,
+    near_cache: bool,
+) {
+    let Some((reference, target, _nodes)) = start_sides_on(test, redis_cluster, near_cache) else {
         return;
     };
     let mut r = Side::connect("reference memcached", &reference.addr());

@@ -1,6 +1,7 @@
 use bytes::Bytes;
 
-/// One RESP2 reply. Bulk and simple payloads are slices of the connection's
+/// One RESP2 reply, or one of the few RESP3 types a tracking connection
+/// (`HELLO 3`) receives: push, map, null, boolean. Bulk and simple payloads are slices of the connection's
 /// read buffer (no copy).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
@@ -18,4 +19,10 @@ pub enum Frame {
     Array(Vec<Frame>),
     /// `*-1\r\n`
     NullArray,
+    /// RESP3 `>N\r\n...`: out-of-band data (client-tracking invalidations).
+    Push(Vec<Frame>),
+    /// RESP3 `%N\r\n...`: keys and values alternating (`2N` frames).
+    Map(Vec<Frame>),
+    /// RESP3 `#t\r\n` / `#f\r\n`.
+    Boolean(bool),
 }

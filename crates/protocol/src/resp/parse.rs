@@ -1,4 +1,7 @@
-//! Resumable RESP2 reply parser.
+//! Resumable RESP2 reply parser, plus the RESP3 types a client-tracking
+//! connection needs (`>` push, `%` map, `_` null, `#` boolean). A RESP2
+//! server never sends those bytes, so RESP2 streams parse as before; other
+//! RESP3 types (double, big number, verbatim, set, attribute) stay errors.
 //!
 //! The parser consumes bytes from the front of the caller's buffer as soon as
 //! a piece of a frame (a length line, a bulk payload, a simple line) is
@@ -45,18 +48,27 @@ fn invalid(msg: &'static str) -> RespError {
     RespError::Invalid(msg)
 }
 
+/// Which aggregate a partial array becomes when complete.
+#[derive(Debug, Clone, Copy)]
+enum Aggregate {
+    Array,
+    Push,
+    Map,
+}
+
 #[derive(Debug)]
 struct PartialArray {
     items: Vec<Frame>,
     remaining: usize,
+    kind: Aggregate,
 }
 
 /// What one step of parsing produced.
 enum Step {
     /// A complete value (scalar, null, empty array).
     Frame(Frame),
-    /// The header of a non-empty array of this many elements.
-    Open(usize),
+    /// The header of a non-empty aggregate of this many frames.
+    Open(usize, Aggregate),
 }
 
 /// Parses replies from a connection's read buffer. Keeps its position inside a
@@ -132,7 +144,7 @@ impl ReplyParser {
             let mut frame = match self.step(buf)? {
                 None => return Ok(None),
                 Some(Step::Frame(f)) => f,
-                Some(Step::Open(n)) => {
+                Some(Step::Open(n, kind)) => {
                     if self.stack.len() >= MAX_DEPTH {
                         return Err(invalid("arrays nested too deep"));
                     }
@@ -142,6 +154,7 @@ impl ReplyParser {
                     self.stack.push(PartialArray {
                         items: Vec::with_capacity(cap),
                         remaining: n,
+                        kind,
                     });
                     continue;
                 }
@@ -158,7 +171,13 @@ impl ReplyParser {
                     break;
                 }
                 match self.stack.pop() {
-                    Some(done) => frame = Frame::Array(done.items),
+                    Some(done) => {
+                        frame = match done.kind {
+                            Aggregate::Array => Frame::Array(done.items),
+                            Aggregate::Push => Frame::Push(done.items),
+                            Aggregate::Map => Frame::Map(done.items),
+                        }
+                    }
                     None => return Err(invalid("internal: empty array stack")),
                 }
             }
@@ -191,18 +210,51 @@ impl ReplyParser {
                     }
                 }
             }
-            b'*' => {
+            b'*' | b'>' | b'%' => {
                 let Some((n, used)) = int_line(&buf[1..])? else {
                     return Ok(None);
                 };
                 buf.advance(1 + used);
-                match n {
-                    -1 => Ok(Some(Step::Frame(Frame::NullArray))),
-                    0 => Ok(Some(Step::Frame(Frame::Array(Vec::new())))),
-                    n if n < 0 => Err(invalid("negative array length")),
-                    n if n as u64 > MAX_ARRAY_LEN as u64 => Err(invalid("array too long")),
-                    n => Ok(Some(Step::Open(n as usize))),
+                let kind = match kind {
+                    b'*' => Aggregate::Array,
+                    b'>' => Aggregate::Push,
+                    _ => Aggregate::Map,
+                };
+                match (n, kind) {
+                    (-1, Aggregate::Array) => Ok(Some(Step::Frame(Frame::NullArray))),
+                    (0, Aggregate::Array) => Ok(Some(Step::Frame(Frame::Array(Vec::new())))),
+                    (0, Aggregate::Push) => Ok(Some(Step::Frame(Frame::Push(Vec::new())))),
+                    (0, Aggregate::Map) => Ok(Some(Step::Frame(Frame::Map(Vec::new())))),
+                    (n, _) if n < 0 => Err(invalid("negative array length")),
+                    (n, _) if n as u64 > MAX_ARRAY_LEN as u64 => Err(invalid("array too long")),
+                    // A map of n pairs is 2n frames.
+                    (n, Aggregate::Map) => Ok(Some(Step::Open(2 * n as usize, kind))),
+                    (n, _) => Ok(Some(Step::Open(n as usize, kind))),
                 }
+            }
+            b'_' | b'#' => {
+                // `_\r\n`, `#t\r\n`, `#f\r\n`: decided by bytes present.
+                let want: &[u8] = match (kind, buf.get(1)) {
+                    (b'_', _) => b"_\r\n",
+                    (_, Some(b't')) => b"#t\r\n",
+                    (_, Some(b'f')) => b"#f\r\n",
+                    (_, None) => return Ok(None),
+                    _ => return Err(invalid("invalid boolean")),
+                };
+                let have = &buf[..buf.len().min(want.len())];
+                if have != &want[..have.len()] {
+                    return Err(invalid("invalid null or boolean"));
+                }
+                if have.len() < want.len() {
+                    return Ok(None);
+                }
+                let frame = match want[1] {
+                    b't' => Frame::Boolean(true),
+                    b'f' => Frame::Boolean(false),
+                    _ => Frame::Null,
+                };
+                buf.advance(want.len());
+                Ok(Some(Step::Frame(frame)))
             }
             b':' => {
                 let Some((n, used)) = int_line(&buf[1..])? else {

@@ -50,6 +50,19 @@ fn encode(f: &Frame, out: &mut Vec<u8>) {
                 encode(item, out);
             }
         }
+        Frame::Push(items) => {
+            out.extend_from_slice(format!(">{}\r\n", items.len()).as_bytes());
+            for item in items {
+                encode(item, out);
+            }
+        }
+        Frame::Map(items) => {
+            out.extend_from_slice(format!("%{}\r\n", items.len() / 2).as_bytes());
+            for item in items {
+                encode(item, out);
+            }
+        }
+        Frame::Boolean(b) => out.extend_from_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
     }
 }
 

@@ -12,12 +12,14 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub mod migration;
+pub mod near_cache;
 pub mod redis;
 mod render;
 pub mod server;
 mod validate;
 
 pub use migration::{Distribution, LegacyServerConfig, MemcachedConfig, MigrationConfig, Phase};
+pub use near_cache::NearCacheConfig;
 pub use redis::{RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolicy};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 
@@ -76,6 +78,8 @@ pub struct Config {
     pub memcached: Option<MemcachedConfig>,
     #[serde(default)]
     pub migration: MigrationConfig,
+    #[serde(default)]
+    pub near_cache: NearCacheConfig,
 }
 
 impl Config {
@@ -112,7 +116,7 @@ impl Config {
     /// (shards, ring, migration, TLS certificates, per-request limits).
     pub fn restart_required_changes(&self, new: &Config) -> Vec<&'static str> {
         let (a, b) = (self, new);
-        let checks: [(&'static str, bool); 7] = [
+        let checks: [(&'static str, bool); 8] = [
             ("server.listen", a.server.listen != b.server.listen),
             (
                 "server.tls_listen",
@@ -126,6 +130,10 @@ impl Config {
             ("admin.listen", a.admin.listen != b.admin.listen),
             ("log.level", a.log.level != b.log.level),
             ("log.format", a.log.format != b.log.format),
+            (
+                "near_cache.enabled",
+                a.near_cache.enabled != b.near_cache.enabled,
+            ),
         ];
         checks
             .into_iter()

@@ -118,6 +118,14 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("shadow_queue", m.shadow_queue);
     o.raw("breaker_failures", m.breaker_failures);
     o.raw("breaker_cooldown_ms", m.breaker_cooldown_ms);
+
+    let n = &c.near_cache;
+    o.section("near_cache");
+    o.raw("enabled", n.enabled);
+    o.raw("max_bytes", n.max_bytes);
+    o.raw("max_ttl_ms", n.max_ttl_ms);
+    o.raw("admit_reads", n.admit_reads);
+    o.raw("admit_window_ms", n.admit_window_ms);
     o.0
 }
 

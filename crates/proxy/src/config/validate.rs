@@ -29,7 +29,8 @@ pub(super) fn validate(c: &Config) -> Check {
     redis(c)?;
     ring(c)?;
     memcached(c)?;
-    migration(c)
+    migration(c)?;
+    super::near_cache::validate(&c.near_cache)
 }
 
 fn server(c: &Config) -> Check {

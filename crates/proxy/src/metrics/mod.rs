@@ -20,6 +20,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 mod durations;
 pub mod families;
 pub mod labels;
+pub mod near_cache;
 mod registry;
 pub mod shard;
 
@@ -57,6 +58,7 @@ pub struct Metrics {
     tls: [Counter; TlsResult::ALL.len()],
     /// `[ok, error]`
     config_reloads: [Counter; 2],
+    pub near_cache: near_cache::NearCacheMetrics,
 }
 
 impl Default for Metrics {
@@ -80,7 +82,7 @@ impl Metrics {
             .expect("DURATION_BUCKETS is not empty")
             .build_recorder();
         let r = &recorder;
-        for (name, kind, help) in FAMILIES {
+        for (name, kind, help) in FAMILIES.into_iter().chain(near_cache::NEAR_CACHE_FAMILIES) {
             let (name, help) = (KeyName::from(name), SharedString::from(help));
             match kind {
                 "gauge" => r.describe_gauge(name, None, help),
@@ -117,6 +119,7 @@ impl Metrics {
             rollbacks: counter(r, ROLLBACKS, &[]),
             tls: TlsResult::ALL.map(|t| counter(r, TLS_HANDSHAKES, &[("result", t.as_str())])),
             config_reloads: ["ok", "error"].map(|x| counter(r, CONFIG_RELOADS, &[("result", x)])),
+            near_cache: near_cache::NearCacheMetrics::register(r),
             recorder: Arc::new(recorder),
         };
         gauge(

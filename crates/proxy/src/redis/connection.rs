@@ -60,18 +60,7 @@ impl Connector for RedisConnector {
     /// Open, authenticate and load the scripts.
     async fn connect(&self) -> Result<(ShardReader, ShardWriter), ConnectError> {
         let settings = &self.settings;
-        let tcp = TcpStream::connect(&settings.addr)
-            .await
-            .map_err(ConnectError::Connect)?;
-        tcp.set_nodelay(true).map_err(ConnectError::NoDelay)?;
-        let mut stream = match &settings.tls {
-            None => ShardStream::Plain(tcp),
-            Some(tls) => ShardStream::Tls(Box::new(
-                crate::tls::connect_shard(tls, tcp)
-                    .await
-                    .map_err(ConnectError::Tls)?,
-            )),
-        };
+        let mut stream = open_stream(settings).await?;
         let mut out = BytesMut::new();
         let mut expected = 0usize;
         if let Some(password) = &settings.password {
@@ -157,6 +146,24 @@ impl Connector for RedisConnector {
             Event::Stopped => self.metrics.set_up(false),
         }
     }
+}
+
+/// A connected socket to the shard (TLS handshake done, nothing sent).
+pub(crate) async fn open_stream(
+    settings: &ConnectionSettings,
+) -> Result<ShardStream, ConnectError> {
+    let tcp = TcpStream::connect(&settings.addr)
+        .await
+        .map_err(ConnectError::Connect)?;
+    tcp.set_nodelay(true).map_err(ConnectError::NoDelay)?;
+    Ok(match &settings.tls {
+        None => ShardStream::Plain(tcp),
+        Some(tls) => ShardStream::Tls(Box::new(
+            crate::tls::connect_shard(tls, tcp)
+                .await
+                .map_err(ConnectError::Tls)?,
+        )),
+    })
 }
 
 /// `SCRIPT LOAD` of every script; returns how many replies that asks for.
@@ -245,17 +252,17 @@ type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// A plaintext or a TLS stream (or one half of either): the I/O calls are
 /// passed to whichever it is.
-pub(super) enum Either<P, T> {
+pub(crate) enum Either<P, T> {
     Plain(P),
     Tls(T),
 }
 
-type ShardStream = Either<TcpStream, Box<TlsStream>>;
-pub(super) type ShardReader = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream>>;
-pub(super) type ShardWriter = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream>>;
+pub(crate) type ShardStream = Either<TcpStream, Box<TlsStream>>;
+pub(crate) type ShardReader = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream>>;
+pub(crate) type ShardWriter = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream>>;
 
 impl ShardStream {
-    fn into_split(self) -> (ShardReader, ShardWriter) {
+    pub(crate) fn into_split(self) -> (ShardReader, ShardWriter) {
         match self {
             Either::Plain(s) => {
                 let (r, w) = s.into_split();

@@ -26,6 +26,20 @@ pub struct Shard {
     /// Keys routed to other shards while this one was ejected (kept
     /// across reloads with the shard).
     pub diverted: super::diverted::Diverted,
+    /// Near cache on: the shard's invalidation state, kept current by a
+    /// listener task that ends with the shard.
+    pub tracking: Option<std::sync::Arc<crate::near_cache::Tracking>>,
+    _listener: Option<AbortOnDrop>,
+}
+
+/// Aborts the task when dropped (the shard's invalidation listener).
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Shard {
@@ -48,7 +62,20 @@ impl Shard {
                 Pipeline::start(connector, settings.engine(), queue_depth)
             })
             .collect();
+        let (tracking, listener) = match crate::near_cache::get() {
+            Some(_) => {
+                let tracking = std::sync::Arc::new(crate::near_cache::Tracking::default());
+                let task = tokio::spawn(crate::near_cache::tracking::listen(
+                    settings.clone(),
+                    tracking.clone(),
+                ));
+                (Some(tracking), Some(AbortOnDrop(task)))
+            }
+            None => (None, None),
+        };
         Shard {
+            tracking,
+            _listener: listener,
             settings,
             id,
             conns,

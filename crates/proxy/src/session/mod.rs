@@ -111,6 +111,9 @@ pub struct Session {
     /// SIGTERM: read nothing more, but answer every complete request
     /// already in the read buffer before closing.
     draining: bool,
+    /// Near cache: hash of the key the request being dispatched writes
+    /// (for its `Pending`).
+    near_written: Option<u64>,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
@@ -147,6 +150,7 @@ impl Session {
             base_seq: 0,
             waiting: 0,
             current_command: NO_COMMAND,
+            near_written: None,
             current_start: Instant::now(),
             replies: None,
             last_input: Instant::now(),

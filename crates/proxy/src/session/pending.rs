@@ -26,6 +26,9 @@ pub(super) struct Pending {
     /// Bytes of the replies received so far (for the slow-consumer limit).
     pub bytes: usize,
     pub results: Results,
+    /// Near cache: hash of the key this request writes, invalidated again
+    /// just before its reply is written (read-your-writes).
+    pub near_written: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -44,6 +47,12 @@ pub(super) enum Op {
     },
     /// mg / ms / md / ma.
     Meta(Box<super::cmd::MetaOp>),
+    /// get/gets of one key answered by the near cache.
+    NearHit {
+        keys: Keys<Bytes>,
+        hit: crate::near_cache::store::Hit,
+        with_cas: bool,
+    },
 }
 
 /// get / gets / gat / gats.
@@ -60,6 +69,9 @@ pub(super) struct Retrieval {
     pub sample_miss_rate: bool,
     /// gat/gats: the new exptime, replicated to the shadow of each hit.
     pub touch: Option<i64>,
+    /// Near cache: fill it with the reply (single-key get/gets, read with
+    /// its TTL).
+    pub near_fill: Option<crate::near_cache::store::Ticket>,
 }
 
 /// Where each key's answer is.

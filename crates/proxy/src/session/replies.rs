@@ -29,6 +29,7 @@ impl Session {
             waiting: 0,
             bytes: 0,
             results: Results::None,
+            near_written: self.near_written.take(),
         });
     }
 
@@ -46,6 +47,7 @@ impl Session {
             waiting: parts,
             bytes: 0,
             results: Results::with_parts(parts),
+            near_written: self.near_written.take(),
         });
     }
 

@@ -15,6 +15,7 @@ use super::shadow::Change;
 use super::unix_now;
 use super::Tag;
 use crate::config::Phase;
+use crate::near_cache::store::{Hit, Lookup};
 use crate::redis::translate::{self, Expiry};
 use crate::redis::{encoding, Reply};
 use crate::router::{Access, Backend, ReplyShape, Routes, Target};
@@ -77,12 +78,15 @@ impl Session {
             compare: false,
             sample_miss_rate: migration.rollback.is_some(),
             touch: touch.then_some(exptime),
+            near_fill: None,
         };
 
         if retrieval.keys.len() == 1 {
             let key = retrieval.keys.iter().next().unwrap_or_default();
             // gat/gats change the item's TTL: a write for placement.
             let route = if touch {
+                // gat/gats change the TTL a cached entry is bounded by.
+                self.near_write(key);
                 routes.route(key)
             } else {
                 routes.route_read(key)
@@ -92,11 +96,36 @@ impl Session {
                     let _ = client::retrieval(&mut self.cmd_buf, command, exptime, [key]);
                     retrieval.plan = Plan::Single(Backend::Memcached);
                 }
-                Target::Redis { .. } => {
+                Target::Redis { shard } => {
                     if touch {
                         translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     } else {
-                        translate::get(&mut self.cmd_buf, key);
+                        match self.near_lookup(routes, shard, key) {
+                            Lookup::Hit(hit) => {
+                                bump(&self.proxy.stats.get_hits);
+                                self.proxy.metrics.get_hit(Backend::Redis);
+                                let op = Op::NearHit {
+                                    keys: retrieval.keys,
+                                    hit,
+                                    with_cas: retrieval.with_cas,
+                                };
+                                return (op, 0);
+                            }
+                            // Read with its remaining TTL, to bound the entry.
+                            Lookup::Miss(Some(ticket)) => {
+                                // `peek`: the value and its PTTL, changing nothing.
+                                translate::meta_get(
+                                    &mut self.cmd_buf,
+                                    key,
+                                    &translate::MetaGet {
+                                        peek: true,
+                                        ..translate::MetaGet::default()
+                                    },
+                                );
+                                retrieval.near_fill = Some(ticket);
+                            }
+                            Lookup::Miss(None) => translate::get(&mut self.cmd_buf, key),
+                        }
                     }
                     if !touch && migration.backfills(route.sides()) {
                         retrieval.backfill = Some(Backfill::default());
@@ -159,6 +188,7 @@ impl Session {
         let mut getex_part: Vec<u32> = Vec::new();
         if touch {
             for (i, key) in retrieval.keys.iter().enumerate() {
+                self.near_write(key);
                 if placed[i].0 == Backend::Redis {
                     translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     let target = Target::Redis {
@@ -284,7 +314,7 @@ impl Session {
         true
     }
 
-    pub(super) fn render_get(&mut self, r: Retrieval, results: &Results) {
+    pub(super) fn render_get(&mut self, mut r: Retrieval, results: &Results) {
         let proxy = self.proxy.clone();
         let stats = &proxy.stats;
         let metrics = &proxy.metrics;
@@ -309,6 +339,13 @@ impl Session {
         // Allocated only when a memcached reply is read.
         let mut cursors: Vec<usize> = Vec::new();
         let mut compared: Option<Compared> = None;
+        let mut near_fill = r.near_fill.take();
+        if let (Some(_), Some(near)) = (r.touch, crate::near_cache::get()) {
+            // gat/gats: again before the reply (read-your-writes).
+            for key in r.keys.iter() {
+                near.invalidate(key);
+            }
+        }
         for (i, key) in r.keys.iter().enumerate() {
             let Some(slot) = r.plan.slot(i) else {
                 continue;
@@ -331,6 +368,18 @@ impl Session {
             // Per-backend hit rates count what the primary had; a value the
             // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
+            if let (Some(ticket), Some(item), Some(Ok(Reply::Redis(frame)))) =
+                (near_fill.take(), &found, results.get(slot.part))
+            {
+                if let Some(pttl) = meta_get_pttl(frame) {
+                    let hit = Hit {
+                        flags: item.flags,
+                        cas: item.cas,
+                        data: item.data.clone(),
+                    };
+                    self.near_fill(ticket, key, &hit, pttl);
+                }
+            }
             if primary_hit {
                 metrics.get_hit(slot.side);
             } else {
@@ -443,6 +492,11 @@ impl Session {
 fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
     let value = match (frame, index) {
         (Frame::Bulk(v), OWN_REPLY) => v,
+        // The meta_get script (a near-cache fill): `{value, pttl}`.
+        (Frame::Array(items), OWN_REPLY) => match items.first() {
+            Some(Frame::Bulk(v)) => v,
+            _ => return None,
+        },
         (Frame::Array(items), i) => match items.get(i as usize) {
             Some(Frame::Bulk(v)) => v,
             _ => return None,
@@ -451,6 +505,17 @@ fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
     };
     encoding::decode(value)
 }
+/// The PTTL of a meta_get script reply `{value, pttl}`.
+fn meta_get_pttl(frame: &Frame) -> Option<i64> {
+    match frame {
+        Frame::Array(items) => match items.get(1) {
+            Some(Frame::Integer(p)) => Some(*p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// The next VALUE of a memcached multi-get reply, if it is for `key`
 /// (memcached answers keys in request order and skips misses).
 fn next_value(raw: &Bytes, cursor: &mut usize, key: &[u8]) -> Option<Found> {

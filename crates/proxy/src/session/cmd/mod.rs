@@ -18,6 +18,7 @@ mod flush;
 mod get;
 mod info;
 mod meta;
+mod near;
 mod shadow;
 mod storage;
 mod write;
@@ -75,22 +76,35 @@ impl Session {
                 cas,
                 data,
                 noreply,
-            } => self.dispatch_storage(
-                &routes, tag, command, key, flags, exptime, cas, data, noreply,
-            ),
+            } => {
+                self.near_write(&key);
+                self.dispatch_storage(
+                    &routes, tag, command, key, flags, exptime, cas, data, noreply,
+                )
+            }
             Request::Arith {
                 command,
                 key,
                 delta,
                 noreply,
-            } => self.dispatch_arith(&routes, tag, command, key, delta, noreply),
-            Request::Delete { key, noreply } => self.dispatch_delete(&routes, tag, key, noreply),
+            } => {
+                self.near_write(&key);
+                self.dispatch_arith(&routes, tag, command, key, delta, noreply)
+            }
+            Request::Delete { key, noreply } => {
+                self.near_write(&key);
+                self.dispatch_delete(&routes, tag, key, noreply)
+            }
             Request::Touch {
                 key,
                 exptime,
                 noreply,
-            } => self.dispatch_touch(&routes, tag, key, exptime, noreply),
+            } => {
+                self.near_write(&key);
+                self.dispatch_touch(&routes, tag, key, exptime, noreply)
+            }
             Request::FlushAll { delay, noreply } => {
+                near::drop_all(&routes);
                 self.dispatch_flush(&routes, tag, delay, noreply)
             }
             Request::Version => self.dispatch_version(),
@@ -110,6 +124,9 @@ impl Session {
     }
 
     pub(super) fn render(&mut self, pending: Pending) {
+        if let (Some(hash), Some(near)) = (pending.near_written, crate::near_cache::get()) {
+            near.invalidate_hash(hash);
+        }
         match pending.op {
             Op::Ready(line) => self.wbuf.extend_from_slice(line),
             Op::ReadyBytes(bytes) => self.wbuf.extend_from_slice(&bytes),
@@ -117,7 +134,18 @@ impl Session {
             Op::Retrieval(retrieval) => self.render_get(retrieval, &pending.results),
             Op::Write(write) => self.render_write(write, &pending.results),
             Op::Meta(op) => self.render_meta(*op, &pending.results),
-            Op::FlushAll { noreply } => self.render_flush(noreply, &pending.results),
+            Op::FlushAll { noreply } => {
+                near::drop_all(&self.proxy.router.load());
+                self.render_flush(noreply, &pending.results)
+            }
+            Op::NearHit {
+                keys,
+                hit,
+                with_cas,
+            } => {
+                let key = keys.iter().next().unwrap_or_default();
+                near::render_hit(&mut self.wbuf, key, &hit, with_cas)
+            }
         }
     }
 

@@ -96,6 +96,10 @@ impl Session {
         } else {
             raw_key.clone()
         };
+        // Anything but a plain mg (no touch) changes the item.
+        if command != MetaCommand::Get || flags.ttl.is_some() {
+            self.near_write(&key);
+        }
         match command {
             MetaCommand::Get => bump(&stats.cmd_get),
             MetaCommand::Set => bump(&stats.cmd_set),

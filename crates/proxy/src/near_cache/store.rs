@@ -1,0 +1,213 @@
+//! The entries of one worker thread: a thread-local map bounded in bytes
+//! (key + value + [`ENTRY_OVERHEAD`]), evicted oldest fill first, plus the
+//! admission filter. No lock: only the thread's own sessions touch it.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::{NearCache, Tracking};
+
+/// Bytes counted per entry besides key and value: the map slot, the entry
+/// (flags, CAS, expiry, snapshot, `Arc`), the eviction-queue record and
+/// both `Bytes` headers, rounded up.
+pub const ENTRY_OVERHEAD: usize = 96;
+/// Admission slots per thread (a key's hash picks one).
+const DOOR_SLOTS: usize = 4096;
+
+/// The near cache's limits, as of the last config (re)load.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bytes: usize,
+    pub max_ttl: Duration,
+    pub admit_reads: u32,
+    pub admit_window: Duration,
+}
+
+/// What a read remembers from when it was sent, to fill the cache with its
+/// reply only if nothing was invalidated meanwhile.
+#[derive(Debug)]
+pub struct Ticket {
+    tracking: Arc<Tracking>,
+    generation: u64,
+    hash: u64,
+    epoch: u32,
+    sent: Instant,
+}
+
+/// A cached item, as `get`/`gets` answer it.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub flags: u32,
+    pub cas: u64,
+    pub data: Bytes,
+}
+
+struct Entry {
+    hit: Hit,
+    expires: Instant,
+    tracking: Arc<Tracking>,
+    generation: u64,
+    epoch: u32,
+    id: u64,
+}
+
+#[derive(Default)]
+struct Store {
+    map: HashMap<Bytes, Entry>,
+    /// Fill order (key, entry id); records of replaced or removed entries
+    /// are skipped when popped.
+    order: VecDeque<(Bytes, u64)>,
+    bytes: usize,
+    next_id: u64,
+    /// (hash, last read) per admission slot; allocated on first use.
+    door: Vec<(u64, Option<Instant>)>,
+}
+
+thread_local! {
+    static STORE: RefCell<Store> = RefCell::new(Store::default());
+}
+
+fn size(key: &[u8], data: &[u8]) -> usize {
+    key.len() + data.len() + ENTRY_OVERHEAD
+}
+
+/// The outcome of a lookup.
+pub enum Lookup {
+    Hit(Hit),
+    /// Not served from here: read from Redis, and fill with the reply if
+    /// there is a ticket.
+    Miss(Option<Ticket>),
+}
+
+/// Look `key` up for a read of the shard that `tracking` watches.
+pub fn lookup(near: &NearCache, tracking: &Arc<Tracking>, key: &[u8], limits: &Limits) -> Lookup {
+    let hash = super::hash(key);
+    let now = Instant::now();
+    let Some(generation) = tracking.current() else {
+        return Lookup::Miss(None);
+    };
+    let epoch = near.epoch(hash);
+    STORE.with(|s| {
+        let mut s = s.borrow_mut();
+        if let Some(e) = s.map.get(key) {
+            if Arc::ptr_eq(&e.tracking, tracking)
+                && e.generation == generation
+                && e.epoch == epoch
+                && now < e.expires
+            {
+                near.metrics.near_cache.hit();
+                return Lookup::Hit(e.hit.clone());
+            }
+            let before = s.size();
+            s.remove(key);
+            near.metrics.near_cache.resized(before, s.size());
+        }
+        near.metrics.near_cache.miss();
+        let admitted = limits.admit_reads <= 1 || s.seen(hash, now, limits.admit_window);
+        Lookup::Miss(admitted.then(|| Ticket {
+            tracking: tracking.clone(),
+            generation,
+            hash,
+            epoch,
+            sent: now,
+        }))
+    })
+}
+
+/// The read of `ticket` answered `hit` with `pttl` ms left (`-1`: no
+/// expiry): cache it unless something was invalidated since it was sent.
+pub fn fill(near: &NearCache, ticket: Ticket, key: &[u8], hit: &Hit, pttl: i64, limits: &Limits) {
+    if ticket.tracking.current() != Some(ticket.generation)
+        || near.epoch(ticket.hash) != ticket.epoch
+        || pttl == 0
+        || pttl < -1
+    {
+        return;
+    }
+    // Counted from when the read was sent: the item expires no earlier.
+    let ttl = match pttl {
+        -1 => limits.max_ttl,
+        p => limits.max_ttl.min(Duration::from_millis(p as u64)),
+    };
+    let cap = near.per_thread(limits.max_bytes);
+    if size(key, &hit.data) > cap {
+        return;
+    }
+    // Copies: keeping slices would pin the whole read buffers they are in.
+    let key = Bytes::copy_from_slice(key);
+    let hit = Hit {
+        data: Bytes::copy_from_slice(&hit.data),
+        ..hit.clone()
+    };
+    STORE.with(|s| {
+        let mut s = s.borrow_mut();
+        let before = s.size();
+        s.remove(&key);
+        s.next_id += 1;
+        let id = s.next_id;
+        s.bytes += size(&key, &hit.data);
+        s.order.push_back((key.clone(), id));
+        s.map.insert(
+            key,
+            Entry {
+                hit,
+                expires: ticket.sent + ttl,
+                tracking: ticket.tracking,
+                generation: ticket.generation,
+                epoch: ticket.epoch,
+                id,
+            },
+        );
+        near.metrics.near_cache.admission();
+        while s.bytes > cap {
+            let Some((old, old_id)) = s.order.pop_front() else {
+                break;
+            };
+            if s.map.get(&old).is_some_and(|e| e.id == old_id) {
+                s.remove(&old);
+                near.metrics.near_cache.eviction();
+            }
+        }
+        s.compact();
+        near.metrics.near_cache.resized(before, s.size());
+    });
+}
+
+impl Store {
+    fn size(&self) -> (usize, usize) {
+        (self.bytes, self.map.len())
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(e) = self.map.remove(key) {
+            self.bytes -= size(key, &e.hit.data);
+        }
+    }
+
+    /// Records the read; true if the key was read before within `window`
+    /// (the second read admits it).
+    fn seen(&mut self, hash: u64, now: Instant, window: Duration) -> bool {
+        if self.door.is_empty() {
+            self.door = vec![(0, None); DOOR_SLOTS];
+        }
+        let slot = &mut self.door[(hash >> 48) as usize % DOOR_SLOTS];
+        let again = slot.0 == hash && slot.1.is_some_and(|t| now.duration_since(t) <= window);
+        *slot = (hash, Some(now));
+        again
+    }
+
+    /// Drop queue records of entries no longer there, once they outnumber
+    /// the live ones (keeps the queue O(entries)).
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.order
+                .retain(|(k, id)| map.get(k).is_some_and(|e| e.id == *id));
+        }
+    }
+}

@@ -1,0 +1,137 @@
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::store::{fill, lookup, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD};
+use super::{NearCache, Tracking, BUCKETS};
+use crate::metrics::Metrics;
+
+fn near() -> NearCache {
+    NearCache {
+        epochs: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+        metrics: Arc::new(Metrics::new()),
+        threads: 1,
+    }
+}
+
+fn limits(admit_reads: u32) -> Limits {
+    Limits {
+        max_bytes: 1 << 20,
+        max_ttl: Duration::from_secs(60),
+        admit_reads,
+        admit_window: Duration::from_secs(60),
+    }
+}
+
+fn live() -> Arc<Tracking> {
+    let t = Arc::new(Tracking::default());
+    t.tracking_again();
+    t
+}
+
+fn hit(data: &'static [u8]) -> Hit {
+    Hit {
+        flags: 7,
+        cas: 42,
+        data: Bytes::from_static(data),
+    }
+}
+
+fn ticket(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
+    match lookup(n, t, key, l) {
+        Lookup::Miss(Some(ticket)) => ticket,
+        Lookup::Miss(None) => panic!("not admitted"),
+        Lookup::Hit(_) => panic!("unexpected hit"),
+    }
+}
+
+fn served(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Option<Hit> {
+    match lookup(n, t, key, l) {
+        Lookup::Hit(h) => Some(h),
+        Lookup::Miss(_) => None,
+    }
+}
+
+#[test]
+fn second_read_is_admitted_then_served_with_flags_and_cas() {
+    let (n, t, l) = (near(), live(), limits(2));
+    assert!(matches!(lookup(&n, &t, b"adm", &l), Lookup::Miss(None)));
+    let tk = ticket(&n, &t, b"adm", &l);
+    fill(&n, tk, b"adm", &hit(b"v"), -1, &l);
+    let h = served(&n, &t, b"adm", &l).expect("served");
+    assert_eq!((h.flags, h.cas, &h.data[..]), (7, 42, &b"v"[..]));
+}
+
+#[test]
+fn invalidation_drops_an_entry_and_a_fill_in_flight() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let tk = ticket(&n, &t, b"k", &l);
+    fill(&n, tk, b"k", &hit(b"v"), -1, &l);
+    n.invalidate(b"k");
+    assert!(served(&n, &t, b"k", &l).is_none());
+    // Invalidated while the read was in flight: the fill is refused.
+    let tk = ticket(&n, &t, b"k", &l);
+    n.invalidate(b"k");
+    fill(&n, tk, b"k", &hit(b"old"), -1, &l);
+    assert!(served(&n, &t, b"k", &l).is_none());
+}
+
+#[test]
+fn a_lost_or_dropped_shard_serves_nothing_it_had() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let tk = ticket(&n, &t, b"a", &l);
+    fill(&n, tk, b"a", &hit(b"v"), -1, &l);
+    t.lost();
+    assert!(matches!(lookup(&n, &t, b"a", &l), Lookup::Miss(None)));
+    t.tracking_again();
+    assert!(served(&n, &t, b"a", &l).is_none());
+    // A fill whose read was sent before a drop is refused.
+    let tk = ticket(&n, &t, b"a", &l);
+    t.drop_all();
+    fill(&n, tk, b"a", &hit(b"v"), -1, &l);
+    assert!(served(&n, &t, b"a", &l).is_none());
+    // Another shard's tracking never serves this shard's entry.
+    let tk = ticket(&n, &t, b"a", &l);
+    fill(&n, tk, b"a", &hit(b"v"), -1, &l);
+    assert!(served(&n, &live(), b"a", &l).is_none());
+}
+
+#[test]
+fn never_served_past_the_items_ttl_and_missing_items_are_not_cached() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let tk = ticket(&n, &t, b"ttl", &l);
+    fill(&n, tk, b"ttl", &hit(b"v"), 1, &l);
+    // Expired one millisecond after the read was sent.
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(served(&n, &t, b"ttl", &l).is_none());
+    for pttl in [0, -2] {
+        let tk = ticket(&n, &t, b"gone", &l);
+        fill(&n, tk, b"gone", &hit(b"v"), pttl, &l);
+        assert!(served(&n, &t, b"gone", &l).is_none(), "pttl {pttl}");
+    }
+}
+
+#[test]
+fn bounded_by_max_bytes_oldest_fill_evicted_first() {
+    let n = near();
+    let t = live();
+    let l = Limits {
+        max_bytes: 3 * (ENTRY_OVERHEAD + 2 + 4),
+        ..limits(1)
+    };
+    for key in [b"k1", b"k2", b"k3", b"k4"] {
+        let tk = ticket(&n, &t, key, &l);
+        fill(&n, tk, key, &hit(b"data"), -1, &l);
+    }
+    assert!(served(&n, &t, b"k1", &l).is_none(), "oldest evicted");
+    for key in [b"k2", b"k3", b"k4"] {
+        assert!(served(&n, &t, key, &l).is_some());
+    }
+    // An item larger than the whole bound is not cached at all.
+    let big: &'static [u8] = &[b'x'; 4096];
+    let tk = ticket(&n, &t, b"big", &l);
+    fill(&n, tk, b"big", &hit(big), -1, &l);
+    assert!(served(&n, &t, b"big", &l).is_none());
+}
