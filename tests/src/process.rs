@@ -215,6 +215,14 @@ impl RedisServer {
             unsafe {
                 libc::kill(child.id() as libc::pid_t, sig);
             }
+            if sig == libc::SIGSTOP {
+                // kill returns before every thread has stopped.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !all_threads_stopped(child.id()) {
+                    assert!(Instant::now() < deadline, "redis-server did not stop");
+                    sleep(Duration::from_millis(5));
+                }
+            }
         }
     }
 
@@ -672,4 +680,18 @@ pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<CommandOutput
             Err(e) => return Err(format!("{what}: {e}")),
         }
     }
+}
+
+/// Every thread of `pid` is stopped (state `T` in /proc/<pid>/task/*/stat).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true; // gone: nothing can answer
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the parenthesised command name.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        })
+    })
 }

@@ -104,6 +104,17 @@ impl Memcached {
                 .is_ok_and(|s| s.success());
             assert!(ok, "kill -STOP {pid}");
             self.stopped = true;
+            // kill returns before every thread has stopped: a request sent
+            // now could still be answered. Wait until each thread is in
+            // state T (stopped).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !all_threads_stopped(&pid) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "memcached {pid} did not stop"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 
@@ -156,4 +167,18 @@ pub async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
         Ok(out) => out,
         Err(_) => panic!("timed out after {secs}s"),
     }
+}
+
+/// Every thread of `pid` is stopped (state `T` in /proc/<pid>/task/*/stat).
+fn all_threads_stopped(pid: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true; // gone: nothing can answer
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the parenthesised command name.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        })
+    })
 }
