@@ -31,9 +31,13 @@
 # 1-minute load average to fall below 1.0 first.
 #
 # Everything listens on free loopback ports; every process is stopped on exit.
+# Proxy CPU per request: in the open-loop runs, the CPU time (utime + stime
+# from /proc/<pid>/stat) of the proxy process alone (memshift, nutcracker;
+# not their backends) divided by the requests answered.
 # Results: target/compare/<timestamp>/ (results.jsonl, summary.md, logs).
 # Knobs (environment): ROUNDS, DUR (seconds per run), MEMSHIFT_THREADS,
-# SUT_CPU, LOAD_CPU, PIN, QUIET_LOAD.
+# SUT_CPU, LOAD_CPU, PIN, QUIET_LOAD, RATE (open-loop requests/s; default
+# 50% of memshift's closed-loop max), MEMSHIFT_BIN (binary to measure).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -50,7 +54,7 @@ for arg in "$@"; do
         --summary) SUMMARY_OF=next ;;
         --quick) QUICK=1 ;;
         --profile) PROFILE=1 ;;
-        -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $arg (see --help)" ;;
     esac
 done
@@ -132,16 +136,22 @@ for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
                f"| {fmt(cpu(s, 'p16', oth) if s != 'redis-benchmark' else None, 2)} "
                f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
 out.append("")
-out.append(f"Open loop at {rate:,} req/s (50% of memshift's max above), latency from the intended send time:\n")
-out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+out.append(f"Open loop at {rate:,} req/s, latency from the intended send time; proxy CPU = CPU time of "
+           "the proxy process alone (memshift, nutcracker; for the direct rows the server) per request:\n")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % | proxy CPU us/request |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def cpu_per_req(s):
+    v = [1e6 * r["proxy_cpu_s"] / max(r["report"]["requests"], 1) for r in rows
+         if r["system"] == s and r["scenario"] == "rate50" and "proxy_cpu_s" in r]
+    return med(v) if v else None
 for s in ["memcached", "twemproxy", "memshift", "redis"]:
     q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
     lag = lambda k: get(s, "rate50", lambda r: (r.get("send_lag_us") or {}).get(k, 0.0))
     stl = cpu(s, "rate50", lambda r: 100 * r.get("steal", 0.0))
     out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
                f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
-               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(cpu(s, 'rate50', lambda r: r.get('other_load_cpu')), 2)} | {fmt(stl, 1)} |")
+               f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(cpu(s, 'rate50', lambda r: r.get('other_load_cpu')), 2)} | {fmt(stl, 1)} "
+               f"| {fmt(cpu_per_req(s), 1)} |")
 out.append("")
 out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
 out.append("| system | gets/s | p50 us | p99 us |")
@@ -184,6 +194,14 @@ if m99 is not None and r99 is not None:
     goal("p99 added over direct Redis at 50% load <= 100 us", m99 - r99 <= 100,
          f"memshift p99 {m99:.1f} us, Redis direct p99 {r99:.1f} us: {m99 - r99:+.1f} us "
          f"(p90 {m90 - r90:+.1f} us, p50 {m50 - r50:+.1f} us)")
+t50 = get("twemproxy", "rate50", lambda r: r["latency_us"]["p50"])
+if m99 is not None and t50 is not None:
+    goal("open loop p50: memshift <= twemproxy and <= Redis direct + 30 us", m50 <= t50 and m50 <= r50 + 30,
+         f"memshift {m50:.1f} us, twemproxy {t50:.1f} us, Redis direct {r50:.1f} us")
+mcpu, tcpu = cpu_per_req("memshift"), cpu_per_req("twemproxy")
+if mcpu and tcpu:
+    goal("proxy CPU per request (open loop): memshift <= 0.7x twemproxy", mcpu <= 0.7 * tcpu,
+         f"memshift {mcpu:.1f} us, twemproxy {tcpu:.1f} us: {mcpu / tcpu:.2f}x")
 big = idle.get(("memshift", "idle-load")) or idle.get(("memshift", "idle"))
 if big:
     per, errs, n, _ = big
@@ -225,7 +243,8 @@ fi
 
 log "building release binaries (memshift, memshift-load)"
 cargo build --release -q -p memshift-proxy -p memshift-benches
-MEMSHIFT=$ROOT/target/release/memshift
+# MEMSHIFT_BIN: another memshift binary (an A/B of two builds, same script).
+MEMSHIFT=${MEMSHIFT_BIN:-$ROOT/target/release/memshift}
 LOAD=$ROOT/target/release/memshift-load
 
 # Idle connections need one fd each on both sides.
@@ -393,12 +412,16 @@ run() {
     eval "local pids=\$SUT_PIDS_$sys"
     # shellcheck disable=SC2154,SC2086
     t0=$(ticks $pids); s0=$(date +%s.%N)
+    # The first pid is the proxy (or the server itself, for the direct runs).
+    local proxy=${pids%% *} p0 p1
+    p0=$(ticks "$proxy")
     local b0 b1 st0 st1 l0 l1
     b0=$(cpu_busy "$SUT_CPU"); st0=$(steal); l0=$(cpu_busy "$LOAD_CPU")
     out=$("${LOADGEN[@]}" "$LOAD" --addr "${ADDR[$sys]}" --protocol "${PROTO[$sys]}" --json "$@" 2>>"$OUT/load.err") \
         || die "memshift-load failed for $sys/$scen (see $OUT/load.err)"
     # shellcheck disable=SC2086
     t1=$(ticks $pids); s1=$(date +%s.%N)
+    p1=$(ticks "$proxy")
     b1=$(cpu_busy "$SUT_CPU"); st1=$(steal); l1=$(cpu_busy "$LOAD_CPU")
     local sut_cpu other stolen other_load
     sut_cpu=$(python3 -c "print(($t1 - $t0) / $CLK_TCK / ($s1 - $s0))")
@@ -409,8 +432,8 @@ run() {
     other_load=$(printf '%s' "$out" | python3 -c "import json, sys; r = json.load(sys.stdin); d = $s1 - $s0; print(max(0.0, ($l1 - $l0) / $CLK_TCK / d - r['cpu_cores'] * r['elapsed_s'] / d))")
     # Share of the machine's CPU time the hypervisor took (all CPUs).
     stolen=$(python3 -c "print(($st1 - $st0) / $CLK_TCK / ($s1 - $s0) / $(nproc))")
-    printf '{"system":"%s","scenario":"%s","round":%s,"sut_cpu":%s,"other_cpu":%s,"other_load_cpu":%s,"steal":%s,"load":"%s","report":%s}\n' \
-        "$sys" "$scen" "$round" "$sut_cpu" "$other" "$other_load" "$stolen" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
+    printf '{"system":"%s","scenario":"%s","round":%s,"proxy_cpu_s":%s,"sut_cpu":%s,"other_cpu":%s,"other_load_cpu":%s,"steal":%s,"load":"%s","report":%s}\n' \
+        "$sys" "$scen" "$round" "$(python3 -c "print(($p1 - $p0) / $CLK_TCK)")" "$sut_cpu" "$other" "$other_load" "$stolen" "$(cut -d' ' -f1 /proc/loadavg)" "$out" >>"$RESULTS"
     printf '%s' "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin); l = r["latency_us"]
@@ -485,7 +508,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # Open loop at half of memshift's median closed-loop throughput.
-RATE=$(python3 - "$RESULTS" <<'PY'
+[ -n "${RATE:-}" ] || RATE=$(python3 - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(int(0.5 * statistics.median(r["report"]["ops_per_sec"] for r in rows
@@ -494,7 +517,7 @@ PY
 )
 for round in $(seq 1 "$ROUNDS"); do
     wait_quiet
-    log "round $round/$ROUNDS: open loop at $RATE req/s (50% of memshift's max)"
+    log "round $round/$ROUNDS: open loop at $RATE req/s (load average $(cut -d' ' -f1 /proc/loadavg))"
     for sys in "${SYSTEMS[@]}"; do run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"; done
 done
 

@@ -26,9 +26,14 @@
 //!   every slot is touched by one task, and a large pipeline cannot deadlock
 //!   with a server that stops reading until we read. Both designs cost a
 //!   client request the same two hand-offs (session → connection task →
-//!   session); the connection task's `yield_now` before it drains the queue
-//!   keeps the cross-session coalescing the Redis side measured (1.77x for
-//!   unpipelined clients).
+//!   session).
+//! * Adaptive coalescing: a request that finds nothing in flight on its
+//!   connection is written at once; one that finds replies outstanding makes
+//!   the task `yield_now` before it drains the queue, so the other sessions
+//!   ready in that scheduler pass join the same write (the cross-session
+//!   batching the Redis side measured at 1.77x for unpipelined clients).
+//!   The unconditional yield cost every request at low load a scheduler
+//!   pass and an extra `epoll_wait` (BENCHMARKS.md, "Issue 14").
 //! * A connection that served for a while and then broke (idle drop,
 //!   restart) is retried at once; a flapping one waits the backoff.
 

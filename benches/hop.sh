@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# benches/hop.sh BINARY RATE [DUR]: memshift (server.threads =
+# $THREADS, default 1) over 3 local redis-servers, pinned like compare.sh
+# (servers on CPU 1, load on CPU 0); an open-loop 90/10 load at RATE
+# requests/s over 50 connections for DUR seconds (default 5). Prints the
+# latency, memshift's own CPU per request (/proc/<pid>/stat utime + stime),
+# with STRACE=1 a `strace -c -f` of memshift during the run (syscalls per
+# request; it slows memshift a lot), with PERF=1 `perf stat` syscall and
+# context-switch counts per request. The profile behind BENCHMARKS.md
+# "Issue 14".
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BIN=$1 RATE=$2 DUR=${3:-5} THREADS=${THREADS:-1}
+LOAD=${LOAD:-target/release/memshift-load}
+W=$(mktemp -d /tmp/memshift-hop.XXXXXX)
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+# Four free ports (another run's servers on them would answer our load).
+while :; do
+    base=$(( 20000 + RANDOM % 12000 ))
+    port_in_use $base || port_in_use $(( base + 1 )) || port_in_use $(( base + 2 )) \
+        || port_in_use $(( base + 3 )) || break
+done
+for i in 0 1 2; do
+    taskset -c 1 redis-server --port $(( base + i )) --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$W" --dbfilename "d$i" >/dev/null 2>&1 &
+    PIDS+=($!)
+done
+cat >"$W/m.toml" <<T
+[server]
+listen = "127.0.0.1:$(( base + 3 ))"
+threads = $THREADS
+[log]
+level = "warn"
+[admin]
+listen = ""
+[redis]
+shards = ["127.0.0.1:$base", "127.0.0.1:$(( base + 1 ))", "127.0.0.1:$(( base + 2 ))"]
+[migration]
+phase = "redis"
+T
+taskset -c 1 "$BIN" --config "$W/m.toml" >"$W/m.log" 2>&1 &
+MS=$!; PIDS+=($MS)
+for i in 0 1 2 3; do wait_for_port $(( base + i )) 15 || { cat "$W/m.log" >&2; exit 1; }; done
+A=127.0.0.1:$(( base + 3 ))
+taskset -c 0 "$LOAD" --addr "$A" --warmup --requests 0 --keys 100000 --value-size 100 --conns 16 >/dev/null 2>&1
+ticks() { awk '{print $14 + $15}' "/proc/$MS/stat"; }
+# Voluntary context switches of every memshift thread: each is a worker
+# parking in epoll_wait with nothing to run (then woken by the next event).
+parks() { cat /proc/"$MS"/task/*/status | awk '/^voluntary_ctxt/ {s += $2} END {print s}'; }
+t0=$(ticks); v0=$(parks)
+if [ "${STRACE:-0}" = 1 ]; then
+    strace -c -f -p "$MS" -o "$W/strace.txt" &
+    SP=$!; sleep 0.5
+elif [ "${PERF:-0}" = 1 ]; then
+    perf stat -e raw_syscalls:sys_enter,context-switches,task-clock -p "$MS" -o "$W/perf.txt" &
+    SP=$!; sleep 0.5
+fi
+out=$(taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio 90:10 --keys 100000 --value-size 100 \
+    --duration "$DUR" --rate "$RATE" --json)
+t1=$(ticks); v1=$(parks)
+if [ "${STRACE:-0}" = 1 ] || [ "${PERF:-0}" = 1 ]; then kill -INT "$SP"; wait "$SP" 2>/dev/null || true; fi
+printf '%s' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin); l = r["latency_us"]; n = r["requests"]
+cpu = (int(sys.argv[2]) - int(sys.argv[1])) / 100.0
+print("rate %s: %.0f ops/s p50 %.1f p90 %.1f p99 %.1f us, errors %d, memshift CPU %.1f us/request, %.2f thread parks/request (load %s)" % (
+    sys.argv[3], r["ops_per_sec"], l["p50"], l["p90"], l["p99"], r["errors"]["total"], 1e6 * cpu / max(n, 1),
+    (int(sys.argv[5]) - int(sys.argv[4])) / max(n, 1), open("/proc/loadavg").read().split()[0]))
+if r["errors"]["total"]:
+    print("  errors:", json.dumps(r["errors"]))
+' "$t0" "$t1" "$RATE" "$v0" "$v1"
+if [ "${STRACE:-0}" = 1 ]; then
+    n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+    python3 - "$W/strace.txt" "$n" <<'PY'
+import sys
+n = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[3].isdigit() and not line.startswith("---"):
+        print("  %-14s %7.3f per request" % (f[-1], int(f[3]) / n))
+PY
+elif [ "${PERF:-0}" = 1 ]; then
+    n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+    awk -v n="$n" '$2 ~ /raw_syscalls|context-switches/ {gsub(",", "", $1); printf "  %-28s %7.3f per request\n", $2, $1 / n}' "$W/perf.txt"
+fi
