@@ -8,6 +8,7 @@ pub mod encoding;
 pub mod scripts;
 pub mod shard;
 pub mod topology;
+pub mod tracking;
 pub mod translate;
 
 use bytes::Bytes;

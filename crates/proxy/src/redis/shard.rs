@@ -65,10 +65,8 @@ impl Shard {
         let (tracking, listener) = match crate::near_cache::get() {
             Some(_) => {
                 let tracking = std::sync::Arc::new(crate::near_cache::Tracking::default());
-                let task = tokio::spawn(crate::near_cache::tracking::listen(
-                    settings.clone(),
-                    tracking.clone(),
-                ));
+                let task =
+                    tokio::spawn(super::tracking::listen(settings.clone(), tracking.clone()));
                 (Some(tracking), Some(AbortOnDrop(task)))
             }
             None => (None, None),
