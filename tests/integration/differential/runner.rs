@@ -127,6 +127,9 @@ pub(super) fn start_sides_on(
     } else {
         Target::Memshift(Box::new(Cluster::start_with(ClusterOptions {
             server_extra: format!("max_item_size = {MAX_ITEM}\n"),
+            // Generous: on a loaded CI box a slow Redis reply must not turn
+            // into a SERVER_ERROR that memcached would never send.
+            timeout_ms: 2000,
             extra_tables: if near_cache {
                 NEAR_CACHE_ON.into()
             } else {
