@@ -3,42 +3,26 @@
 //! memcached 1.6.18 started with its default options
 //! (`memcached -u root -p PORT -U 0 -l 127.0.0.1`).
 
+mod memcache_support;
+
+use memcache_support::{complete, parse, rejected};
 use memshift_protocol::memcache::{
-    parse_request, AdminCommand, CrawlClasses, LruCrawler, ParseLimits, Parsed, ProtocolError,
-    Request, StatsDetail, StatsGroup,
+    AdminCommand, CrawlClasses, LruCrawler, Parsed, ProtocolError, Request, StatsDetail, StatsGroup,
 };
 
 const ERROR: &[u8] = b"ERROR\r\n";
 const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 const SILENT: &[u8] = b"";
 
-fn parse(input: &[u8]) -> Parsed<'_> {
-    parse_request(input, &ParseLimits::default())
-}
-
-fn complete(input: &[u8]) -> Request<&[u8]> {
-    match parse(input) {
-        Parsed::Complete { request, consumed } => {
-            assert_eq!(consumed, input.len(), "consumed for {input:?}");
-            request
-        }
-        other => panic!("{input:?}: expected a request, got {other:?}"),
-    }
-}
-
 fn assert_reply(input: &[u8], expected: &[u8]) {
-    match parse(input) {
-        Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => {
-            assert_eq!(
-                String::from_utf8_lossy(reply),
-                String::from_utf8_lossy(expected),
-                "reply to {:?}",
-                String::from_utf8_lossy(input)
-            );
-            assert_eq!(skip, input.len());
-        }
-        other => panic!("{input:?}: expected an error reply, got {other:?}"),
-    }
+    let (reply, skip) = rejected(input);
+    assert_eq!(
+        String::from_utf8_lossy(reply),
+        String::from_utf8_lossy(expected),
+        "reply to {:?}",
+        String::from_utf8_lossy(input)
+    );
+    assert_eq!(skip, input.len());
 }
 
 fn admin(input: &[u8]) -> (AdminCommand, bool) {

@@ -8,7 +8,7 @@
 
 mod memcache_support;
 
-use memcache_support::{run, Event};
+use memcache_support::{complete, parse, rejected, run, Event};
 use memshift_protocol::memcache::{
     base64, parse_request, reply, ArithCommand, MetaCommand, MetaFlags, MetaSetMode, ParseLimits,
     Parsed, ProtocolError, Request, RetrievalCommand, StatsGroup, StorageCommand, ITEM_OVERHEAD,
@@ -24,29 +24,6 @@ const DELETE_USAGE: &[u8] =
 const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 const ERROR: &[u8] = b"ERROR\r\n";
 const SILENT: &[u8] = b"";
-
-fn parse(input: &[u8]) -> Parsed<'_> {
-    parse_request(input, &ParseLimits::default())
-}
-
-/// The request `input` holds, which must be exactly one complete request.
-fn complete(input: &[u8]) -> Request<&[u8]> {
-    match parse(input) {
-        Parsed::Complete { request, consumed } => {
-            assert_eq!(consumed, input.len(), "consumed for {input:?}");
-            request
-        }
-        other => panic!("{input:?}: expected a request, got {other:?}"),
-    }
-}
-
-/// The error reply for the first request in `input` and the bytes skipped.
-fn rejected(input: &[u8]) -> (&'static [u8], usize) {
-    match parse(input) {
-        Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => (reply, skip),
-        other => panic!("{input:?}: expected an error reply, got {other:?}"),
-    }
-}
 
 fn assert_reply(input: &[u8], expected: &[u8]) {
     let (reply, skip) = rejected(input);

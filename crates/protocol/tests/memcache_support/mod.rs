@@ -236,3 +236,27 @@ fn running_as_root() -> bool {
 }
 
 pub mod invariants;
+
+/// One parse of `input` with the default limits.
+pub fn parse(input: &[u8]) -> Parsed<'_> {
+    parse_request(input, &ParseLimits::default())
+}
+
+/// The request `input` holds, which must be exactly one complete request.
+pub fn complete(input: &[u8]) -> Request<&[u8]> {
+    match parse(input) {
+        Parsed::Complete { request, consumed } => {
+            assert_eq!(consumed, input.len(), "consumed for {input:?}");
+            request
+        }
+        other => panic!("{input:?}: expected a request, got {other:?}"),
+    }
+}
+
+/// The error reply for the first request in `input` and the bytes skipped.
+pub fn rejected(input: &[u8]) -> (&'static [u8], usize) {
+    match parse(input) {
+        Parsed::Invalid(ProtocolError::Reply { reply, skip, .. }) => (reply, skip),
+        other => panic!("{input:?}: expected an error reply, got {other:?}"),
+    }
+}
