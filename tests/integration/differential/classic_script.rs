@@ -83,66 +83,69 @@ pub(crate) const FIXED_SCRIPT: &[(&str, &[u8])] = &[
 /// Measured by bisection against memcached (4 bytes less with flags).
 pub(super) const UNCHUNKED_MAX_K6: usize = 524_223;
 
-/// `set <key> <flags> 0 <len>` of a counter `7` padded with spaces.
-pub(super) fn set_padded_counter(key: &str, flags: u32, len: usize) -> Vec<u8> {
+/// A chunked-item case: `set <key> <flags> 0 <len>` of a counter `7`
+/// padded with spaces, then `tail` with `KEY` standing for the key.
+pub(super) fn padded_counter_case(
+    name: &'static str,
+    key: &str,
+    flags: u32,
+    len: usize,
+    tail: &str,
+) -> (&'static str, Vec<u8>) {
     let mut out = format!("set {key} {flags} 0 {len}\r\n7").into_bytes();
     out.resize(out.len() + len - 1, b' ');
     out.extend_from_slice(b"\r\n");
-    out
+    out.extend_from_slice(tail.replace("KEY", key).as_bytes());
+    (name, out)
 }
 
 /// incr/decr on items around the chunked-item size (far below `MAX_ITEM`).
 fn chunked_cases() -> Vec<(&'static str, Vec<u8>)> {
-    let case = |name, key: &str, flags, len, tail: &str| {
-        let mut b = set_padded_counter(key, flags, len);
-        b.extend_from_slice(tail.replace("KEY", key).as_bytes());
-        (name, b)
-    };
     let max = UNCHUNKED_MAX_K6;
     vec![
-        (case)(
+        padded_counter_case(
             "incr on a 600,000-byte item",
             "fs:big",
             0,
             600_000,
             "incr KEY 1\r\ndecr KEY 1\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "incr just under the chunk size",
             "fs:ch1",
             0,
             max - 1,
             "incr KEY 1\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "incr at the chunk size",
             "fs:ch2",
             0,
             max,
             "incr KEY 1\r\nget KEY\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "incr just over the chunk size",
             "fs:ch3",
             0,
             max + 1,
             "incr KEY 1\r\ndecr KEY 1\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "incr at the chunk size with flags",
             "fs:ch4",
             5,
             max - 4,
             "incr KEY 1\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "incr over the chunk size with flags",
             "fs:ch5",
             5,
             max - 3,
             "incr KEY 1\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "incr after an append past the chunk size",
             "fs:ch6",
             0,

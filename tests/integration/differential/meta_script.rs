@@ -1,6 +1,6 @@
 //! A fixed script of meta commands, on fresh processes.
 
-use super::classic_script::{set_padded_counter, UNCHUNKED_MAX_K6};
+use super::classic_script::{padded_counter_case, UNCHUNKED_MAX_K6};
 use super::runner::run_script;
 
 /// Meta commands: every reply kind (`HD`, `VA`, `EN`, `NS`, `EX`, `NF`,
@@ -170,49 +170,44 @@ pub(crate) const META_SCRIPT: &[(&str, &[u8])] = &[
 /// `ma` on items around the chunked-item size (see `UNCHUNKED_MAX_K6`):
 /// memcached refuses a chunked item before it compares the CAS.
 fn chunked_cases() -> Vec<(&'static str, Vec<u8>)> {
-    let case = |name, key: &str, flags, len, tail: &str| {
-        let mut b = set_padded_counter(key, flags, len);
-        b.extend_from_slice(tail.replace("KEY", key).as_bytes());
-        (name, b)
-    };
     let max = UNCHUNKED_MAX_K6;
     vec![
-        (case)(
+        padded_counter_case(
             "ma on a 600,000-byte item",
             "ms:big",
             0,
             600_000,
             "ma KEY v\r\nma KEY C1 v\r\nma KEY q\r\nmn\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "ma just under the chunk size",
             "ms:ch1",
             0,
             max - 1,
             "ma KEY v\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "ma at the chunk size",
             "ms:ch2",
             0,
             max,
             "ma KEY MD v\r\nmg KEY s\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "ma just over the chunk size",
             "ms:ch3",
             0,
             max + 1,
             "ma KEY v\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "ma at the chunk size with flags",
             "ms:ch4",
             5,
             max - 4,
             "ma KEY v\r\n",
         ),
-        (case)(
+        padded_counter_case(
             "ma over the chunk size with flags",
             "ms:ch5",
             5,
