@@ -63,6 +63,23 @@ impl Gen {
 
     /// `<verb> <key> <flags>` and the end of line: a meta command without
     /// a data block.
+    /// `c` (per mille `cas_per_mille`), `k` (always with `c` unless the key
+    /// is base64: memshift returns it as sent) and an opaque, as ms and ma
+    /// draw them.
+    fn push_cas_key_opaque(&mut self, flags: &mut Vec<Vec<u8>>, cas_per_mille: u64, base64: bool) {
+        let cas = self.rng.chance(cas_per_mille);
+        if cas {
+            flags.push(b"c".to_vec());
+        }
+        if self.rng.chance(200) || (cas && !base64) {
+            flags.push(b"k".to_vec());
+        }
+        if self.rng.chance(150) {
+            let o = self.opaque();
+            flags.push(o.into_bytes());
+        }
+    }
+
     fn meta_line(
         &mut self,
         verb: &str,
@@ -188,17 +205,7 @@ impl Gen {
                 self.maybe_big.insert(key.clone());
             }
         }
-        let cas = self.rng.chance(200);
-        if cas {
-            flags.push(b"c".to_vec());
-        }
-        if self.rng.chance(200) || (cas && !base64) {
-            flags.push(b"k".to_vec());
-        }
-        if self.rng.chance(150) {
-            let o = self.opaque();
-            flags.push(o.into_bytes());
-        }
+        self.push_cas_key_opaque(&mut flags, 200, base64);
         if base64 {
             self.binary_keys.insert(key.clone());
         }
@@ -294,17 +301,7 @@ impl Gen {
                 flags.push(flag.as_bytes().to_vec());
             }
         }
-        let cas = self.rng.chance(150);
-        if cas {
-            flags.push(b"c".to_vec());
-        }
-        if self.rng.chance(200) || (cas && !base64) {
-            flags.push(b"k".to_vec());
-        }
-        if self.rng.chance(150) {
-            let o = self.opaque();
-            flags.push(o.into_bytes());
-        }
+        self.push_cas_key_opaque(&mut flags, 150, base64);
         self.meta_line("ma", &sent_key, flags, Some(&key))
     }
 
