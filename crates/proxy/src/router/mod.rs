@@ -164,10 +164,7 @@ impl Routes {
                 server: legacy.locate(key),
             },
             _ => Target::Redis {
-                shard: match access {
-                    Access::Read => self.redis.locate_read(key),
-                    Access::Write => self.redis.locate(key),
-                },
+                shard: self.redis.locate_for(key, access),
             },
         };
         Route {
@@ -181,10 +178,7 @@ impl Routes {
     pub fn target_on(&self, backend: Backend, key: &[u8], access: Access) -> Option<Target> {
         match backend {
             Backend::Redis => Some(Target::Redis {
-                shard: match access {
-                    Access::Read => self.redis.locate_read(key),
-                    Access::Write => self.redis.locate(key),
-                },
+                shard: self.redis.locate_for(key, access),
             }),
             Backend::Memcached => self.legacy().map(|legacy| Target::Memcached {
                 server: legacy.locate(key),

@@ -228,6 +228,12 @@ impl RedisBackends {
         self.placement.locate(key, Access::Write, &self.shards)
     }
 
+    /// The shard that serves a request of this `access` to `key` now.
+    #[inline]
+    pub fn locate_for(&self, key: &[u8], access: Access) -> usize {
+        self.placement.locate(key, access, &self.shards)
+    }
+
     /// The shard that serves a read of `key` now.
     #[inline]
     pub fn locate_read(&self, key: &[u8]) -> usize {
