@@ -36,7 +36,7 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
                 if !shard.is_healthy() {
                     // Under eject: first remove what would read stale.
                     if backends.ejects() {
-                        match crate::router::eject::clean(&backends, i).await {
+                        match crate::router::eject::clean_until_settled(&backends, i).await {
                             Ok(c) => tracing::info!(
                                 shard = %shard.id,
                                 deleted_keys = c.keys,

@@ -45,6 +45,32 @@ pub struct Cleaned {
     pub scanned_copies: usize,
 }
 
+/// Clean-up rounds before a rejoin: writes diverted while a round runs are
+/// cleaned by the next one, so the ring switches only once a round found
+/// nothing (or after this many, under a constant stream of writes).
+const MAX_ROUNDS: usize = 8;
+
+/// [`clean`] until a round finds nothing left to remove: a key deleted or
+/// written on a fallback while a long clean-up ran must not read its older
+/// value from the owner once it rejoins (what remains after the last round
+/// is cleaned right after the switch).
+pub async fn clean_until_settled(
+    backends: &Backends,
+    owner: usize,
+) -> Result<Cleaned, BackendError> {
+    let mut total = Cleaned::default();
+    for _ in 0..MAX_ROUNDS {
+        let round = clean(backends, owner).await?;
+        if round.keys == 0 && !round.flushed {
+            break;
+        }
+        total.keys += round.keys;
+        total.flushed |= round.flushed;
+        total.scanned_copies += round.scanned_copies;
+    }
+    Ok(total)
+}
+
 /// Remove every value of `owner`'s diverted keys, on every shard, before it
 /// rejoins. On failure the list is kept for the next attempt.
 pub async fn clean(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
