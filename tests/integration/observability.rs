@@ -38,11 +38,11 @@ fn known_traffic_gives_exact_counters_in_metrics_and_stats() {
     let text = metrics_text(cluster.admin_port);
     let value = |series: &str| metric_value(&text, series).unwrap_or(-1.0);
     assert_eq!(
-        value(r#"memshift_requests_total{command="set"}"#),
+        value(r#"memshift_requests_total{protocol="text",command="set"}"#),
         SETS as f64
     );
     assert_eq!(
-        value(r#"memshift_requests_total{command="get"}"#),
+        value(r#"memshift_requests_total{protocol="text",command="get"}"#),
         (HITS + MISSES + 1) as f64
     );
     assert_eq!(

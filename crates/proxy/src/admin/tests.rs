@@ -3,7 +3,7 @@
 use super::http::{find_end, request_line};
 use super::*;
 use crate::metrics::{
-    command_index, Backend, CompareResult, ErrorKind, ShadowResult, TlsResult, FAMILIES,
+    command_index, Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult, FAMILIES,
 };
 use memshift_shadow::queue::DropReason;
 use std::collections::HashMap;
@@ -116,9 +116,9 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     let m = &srv.metrics;
     let get_i = command_index("get").unwrap();
     for _ in 0..3 {
-        m.request(get_i, 0.0002);
+        m.request(Protocol::Text, get_i, 0.0002);
     }
-    m.request(command_index("set").unwrap(), 0.003);
+    m.request(Protocol::Text, command_index("set").unwrap(), 0.003);
     m.get_hit(Backend::Redis);
     m.get_hit(Backend::Redis);
     m.get_miss(Backend::Memcached);
@@ -168,15 +168,27 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     }
 
     assert_eq!(
-        sample(&s, "memshift_requests_total", &[("command", "get")]),
+        sample(
+            &s,
+            "memshift_requests_total",
+            &[("protocol", "text"), ("command", "get")]
+        ),
         3.0
     );
     assert_eq!(
-        sample(&s, "memshift_requests_total", &[("command", "set")]),
+        sample(
+            &s,
+            "memshift_requests_total",
+            &[("protocol", "text"), ("command", "set")]
+        ),
         1.0
     );
     assert_eq!(
-        sample(&s, "memshift_requests_total", &[("command", "gets")]),
+        sample(
+            &s,
+            "memshift_requests_total",
+            &[("protocol", "text"), ("command", "gets")]
+        ),
         0.0
     );
 

@@ -72,7 +72,7 @@ pub const FAMILIES: [(&str, &str, &str); 19] = [
     (
         REQUESTS_TOTAL,
         "counter",
-        "Client requests handled, by memcached command.",
+        "Client requests handled, by protocol (text, binary, resp) and command.",
     ),
     (
         REQUEST_DURATION,

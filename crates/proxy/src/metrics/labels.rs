@@ -4,6 +4,29 @@
 
 pub use memshift_shadow::{Backend, CompareResult, ShadowResult};
 
+/// The protocol a client request arrived in: the `protocol` label of
+/// `memshift_requests_total`. `text` covers memcached's classic and meta
+/// commands (one listener, one parser); `binary` is memcached's binary
+/// protocol; `resp` is the Redis protocol listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Text,
+    Binary,
+    Resp,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Text, Protocol::Binary, Protocol::Resp];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Text => "text",
+            Protocol::Binary => "binary",
+            Protocol::Resp => "resp",
+        }
+    }
+}
+
 /// Outcome of one client TLS handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlsResult {

@@ -28,7 +28,7 @@ pub mod shard;
 mod tests;
 
 pub use families::*;
-pub use labels::{Backend, CompareResult, ErrorKind, ShadowResult, TlsResult};
+pub use labels::{Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult};
 pub use shard::ShardMetrics;
 
 use durations::Durations;
@@ -38,7 +38,8 @@ use registry::{counter, gauge, spawn_upkeep};
 #[derive(Debug)]
 pub struct Metrics {
     recorder: Arc<PrometheusRecorder>,
-    requests: [Counter; COMMANDS.len()],
+    /// `[protocol][command]`
+    requests: [[Counter; COMMANDS.len()]; Protocol::ALL.len()],
     /// `memshift_request_duration_seconds`: our own buckets, not the
     /// recorder's (see [`Durations`]).
     durations: Durations,
@@ -94,7 +95,15 @@ impl Metrics {
 
         let by_backend = |name| Backend::ALL.map(|b| counter(r, name, &[("backend", b.label())]));
         let metrics = Metrics {
-            requests: COMMANDS.map(|c| counter(r, REQUESTS_TOTAL, &[("command", c)])),
+            requests: Protocol::ALL.map(|p| {
+                COMMANDS.map(|c| {
+                    counter(
+                        r,
+                        REQUESTS_TOTAL,
+                        &[("protocol", p.as_str()), ("command", c)],
+                    )
+                })
+            }),
             durations: Durations::new(),
             get_hits: by_backend(GET_HITS),
             get_misses: by_backend(GET_MISSES),
@@ -138,7 +147,7 @@ impl Metrics {
     /// the dashboards go blank.
     pub fn without_request_metrics() -> Metrics {
         let mut m = Metrics::new();
-        m.requests = COMMANDS.map(|_| Counter::noop());
+        m.requests = Protocol::ALL.map(|_| COMMANDS.map(|_| Counter::noop()));
         m.durations.enabled = false;
         m.get_hits = Backend::ALL.map(|_| Counter::noop());
         m.get_misses = Backend::ALL.map(|_| Counter::noop());
@@ -158,11 +167,11 @@ impl Metrics {
         self.recorder.handle().run_upkeep();
     }
 
-    /// One request of `COMMANDS[command]` finished after `seconds`.
-    /// An out-of-range index is ignored rather than trusted.
+    /// One request of `COMMANDS[command]`, received in `protocol`, finished
+    /// after `seconds`. An out-of-range index is ignored rather than trusted.
     #[inline]
-    pub fn request(&self, command: usize, seconds: f64) {
-        if let Some(c) = self.requests.get(command) {
+    pub fn request(&self, protocol: Protocol, command: usize, seconds: f64) {
+        if let Some(c) = self.requests[protocol as usize].get(command) {
             c.increment(1);
             self.durations.record(command, seconds);
         }

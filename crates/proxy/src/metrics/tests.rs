@@ -58,10 +58,16 @@ fn fresh_registry_has_every_fixed_series_at_zero() {
         assert_eq!(t.get(family).map(String::as_str), Some(kind), "{family}");
     }
     for c in COMMANDS {
-        assert_eq!(
-            value(&text, &format!("{REQUESTS_TOTAL}{{command=\"{c}\"}}")),
-            0.0
-        );
+        for p in Protocol::ALL {
+            let p = p.as_str();
+            assert_eq!(
+                value(
+                    &text,
+                    &format!("{REQUESTS_TOTAL}{{protocol=\"{p}\",command=\"{c}\"}}")
+                ),
+                0.0
+            );
+        }
         let count = format!("{REQUEST_DURATION}_count{{command=\"{c}\"}}");
         assert_eq!(value(&text, &count), 0.0);
     }
@@ -109,23 +115,32 @@ fn request_counts_and_buckets() {
     let m = Metrics::new();
     let get = command_index("get").unwrap();
     let set = command_index("set").unwrap();
-    m.request(get, 0.00003); // below the first bucket
-    m.request(get, 0.0003); // in le=0.0005
-    m.request(get, 2.0); // above the last bucket: only +Inf
-    m.request(set, 0.001);
-    m.request(COMMANDS.len(), 1.0); // out of range: ignored, no panic
-    m.request(usize::MAX, 1.0);
+    m.request(Protocol::Text, get, 0.00003); // below the first bucket
+    m.request(Protocol::Text, get, 0.0003); // in le=0.0005
+    m.request(Protocol::Text, get, 2.0); // above the last bucket: only +Inf
+    m.request(Protocol::Text, set, 0.001);
+    m.request(Protocol::Text, COMMANDS.len(), 1.0); // out of range: ignored, no panic
+    m.request(Protocol::Text, usize::MAX, 1.0);
     let text = m.render();
     assert_eq!(
-        value(&text, "memshift_requests_total{command=\"get\"}"),
+        value(
+            &text,
+            "memshift_requests_total{protocol=\"text\",command=\"get\"}"
+        ),
         3.0
     );
     assert_eq!(
-        value(&text, "memshift_requests_total{command=\"set\"}"),
+        value(
+            &text,
+            "memshift_requests_total{protocol=\"text\",command=\"set\"}"
+        ),
         1.0
     );
     assert_eq!(
-        value(&text, "memshift_requests_total{command=\"quit\"}"),
+        value(
+            &text,
+            "memshift_requests_total{protocol=\"text\",command=\"quit\"}"
+        ),
         0.0
     );
     let b = |le: &str| {
@@ -163,9 +178,9 @@ fn request_counts_and_buckets() {
 #[test]
 fn histogram_samples_survive_upkeep_without_render() {
     let m = Metrics::new();
-    m.request(0, 0.002);
+    m.request(Protocol::Text, 0, 0.002);
     m.upkeep();
-    m.request(0, 0.002);
+    m.request(Protocol::Text, 0, 0.002);
     let text = m.render();
     assert_eq!(
         value(

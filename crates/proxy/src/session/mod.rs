@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::metrics::command_index;
+use crate::metrics::{command_index, Protocol};
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
@@ -477,6 +477,7 @@ impl Session {
             if pending.command != NO_COMMAND {
                 let now = *now.get_or_insert_with(Instant::now);
                 self.proxy.metrics.request(
+                    Protocol::Text,
                     usize::from(pending.command),
                     now.saturating_duration_since(pending.started).as_secs_f64(),
                 );
