@@ -19,30 +19,46 @@ pub struct RedisClusterNodes {
     ports: Vec<u16>,
     children: Vec<Option<Child>>,
     dir: TempDir,
+    options: NodeOptions,
+}
+
+/// How every node of the cluster runs.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// `cluster-node-timeout`: how long before a silent node counts as
+    /// failed (and its replica takes over).
+    pub node_timeout_ms: u64,
+    /// `cluster-require-full-coverage`: with `false`, the masters still up
+    /// keep serving while a failed master's slots have no owner.
+    pub require_full_coverage: bool,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            node_timeout_ms: 2000,
+            require_full_coverage: true,
+        }
+    }
 }
 
 impl RedisClusterNodes {
     /// Starts 6 nodes and waits for `cluster_state:ok` on every one.
     pub fn start() -> Self {
+        Self::start_with(NodeOptions::default())
+    }
+
+    /// `start` with these node settings.
+    pub fn start_with(options: NodeOptions) -> Self {
         let dir = temp_dir("memshift-rcluster-");
         let mut nodes = RedisClusterNodes {
             ports: Vec::new(),
             children: Vec::new(),
             dir,
+            options,
         };
         for i in 0..6 {
-            // A port taken between free_port() and bind: try another.
-            let mut started = false;
-            for _ in 0..5 {
-                let port = free_port();
-                if let Ok(child) = nodes.spawn_node(i, port) {
-                    nodes.ports.push(port);
-                    nodes.children.push(Some(child));
-                    started = true;
-                    break;
-                }
-            }
-            assert!(started, "could not start cluster node {i}");
+            nodes.spawn_on_free_port(i);
         }
         let mut cmd = Command::new("redis-cli");
         cmd.arg("--cluster").arg("create");
@@ -62,6 +78,105 @@ impl RedisClusterNodes {
         nodes
     }
 
+    /// Start node `i` on a free port; returns its index.
+    fn spawn_on_free_port(&mut self, i: usize) -> usize {
+        // A port taken between free_port() and bind: try another.
+        for _ in 0..5 {
+            let port = free_port();
+            if let Ok(child) = self.spawn_node(i, port) {
+                self.ports.push(port);
+                self.children.push(Some(child));
+                return self.ports.len() - 1;
+            }
+        }
+        panic!("could not start cluster node {i}");
+    }
+
+    /// Start one more (empty) node, join it to the cluster as a master
+    /// with no slots (`redis-cli --cluster add-node`) and wait until every
+    /// node knows it. Returns its index.
+    pub fn add_master(&mut self) -> usize {
+        let i = self.spawn_on_free_port(self.ports.len());
+        let live = self.live_node();
+        self.redis_cli(&["add-node", &self.addrs()[i], &self.addrs()[live]]);
+        let want = self.running().count();
+        self.wait_for("every node to know the new one", || {
+            self.running().all(|n| self.known_nodes(n) == Some(want))
+        });
+        self.wait_ok();
+        i
+    }
+
+    /// `redis-cli --cluster <args…>`, which must succeed (bounded).
+    pub fn redis_cli(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").args(args);
+        let out = run_with_timeout(cmd, Duration::from_secs(300))
+            .unwrap_or_else(|e| panic!("redis-cli --cluster {args:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster {args:?} failed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+    }
+
+    /// Indexes of the nodes not stopped.
+    fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.ports.len()).filter(|&i| self.children[i].is_some())
+    }
+
+    /// The first running node.
+    pub fn live_node(&self) -> usize {
+        self.running().next().expect("a running node")
+    }
+
+    /// How many nodes `CLUSTER NODES` on node `i` lists (None: no answer).
+    fn known_nodes(&self, i: usize) -> Option<usize> {
+        let r = RedisClient::connect(&self.addrs()[i], Duration::from_millis(500))
+            .and_then(|mut c| c.cmd(&[b"CLUSTER", b"NODES"]))
+            .ok()?;
+        match r {
+            Resp::Bulk(Some(b)) => Some(
+                String::from_utf8_lossy(&b)
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .count(),
+            ),
+            _ => None,
+        }
+    }
+
+    fn wait_for(&self, what: &str, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + READY;
+        while !ok() {
+            assert!(Instant::now() < deadline, "{what}: not after {READY:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until no running node maps a slot to the stopped node
+    /// `dead` (its replica was promoted) and the cluster is ok again.
+    pub fn wait_failed_over(&self, dead: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let moved = self.running().all(|n| {
+                self.slot_ranges_from(n)
+                    .is_some_and(|r| !r.is_empty() && r.iter().all(|&(_, _, m)| m != dead))
+            });
+            if moved {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {dead}'s slots not failed over after {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.wait_ok();
+    }
+
     fn spawn_node(&self, i: usize, port: u16) -> Result<Child, String> {
         let node_dir = self.dir.path().join(format!("n{i}-{port}"));
         std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
@@ -70,7 +185,18 @@ impl RedisClusterNodes {
             .args(["--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", "nodes.conf"])
-            .args(["--cluster-node-timeout", "2000"])
+            .args([
+                "--cluster-node-timeout",
+                &self.options.node_timeout_ms.to_string(),
+            ])
+            .args([
+                "--cluster-require-full-coverage",
+                if self.options.require_full_coverage {
+                    "yes"
+                } else {
+                    "no"
+                },
+            ])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .arg("--dir")
@@ -142,27 +268,38 @@ impl RedisClusterNodes {
         }
     }
 
-    /// (first slot, last slot, master node index) per range, from node 0.
+    /// (first slot, last slot, master node index) per range, from the
+    /// first running node.
     pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
-        let r = self.cmd(0, &[b"CLUSTER", b"SLOTS"]);
+        let n = self.live_node();
+        self.slot_ranges_from(n)
+            .unwrap_or_else(|| panic!("CLUSTER SLOTS from node {n}"))
+    }
+
+    /// `slot_ranges` as node `n` sees them (None: no answer, or a master
+    /// this harness did not start).
+    pub fn slot_ranges_from(&self, n: usize) -> Option<Vec<(u16, u16, usize)>> {
+        let r = RedisClient::connect(&self.addrs()[n], Duration::from_millis(500))
+            .and_then(|mut c| c.cmd(&[b"CLUSTER", b"SLOTS"]))
+            .ok()?;
         let Resp::Array(Some(ranges)) = r else {
-            panic!("CLUSTER SLOTS: {r:?}")
+            return None;
         };
         let mut out = Vec::new();
         for range in ranges {
             let Resp::Array(Some(items)) = range else {
                 continue;
             };
-            if let (Resp::Int(a), Resp::Int(b), Resp::Array(Some(m))) =
-                (&items[0], &items[1], &items[2])
+            if let (Some(Resp::Int(a)), Some(Resp::Int(b)), Some(Resp::Array(Some(m)))) =
+                (items.first(), items.get(1), items.get(2))
             {
-                if let Resp::Int(port) = m[1] {
-                    let node = self.ports.iter().position(|&p| i64::from(p) == port);
-                    out.push((*a as u16, *b as u16, node.expect("a known port")));
+                if let Some(Resp::Int(port)) = m.get(1) {
+                    let node = self.ports.iter().position(|&p| i64::from(p) == *port)?;
+                    out.push((*a as u16, *b as u16, node));
                 }
             }
         }
-        out
+        Some(out)
     }
 
     /// The node (index) that is master for `slot`.
@@ -176,7 +313,7 @@ impl RedisClusterNodes {
 
     /// `CLUSTER KEYSLOT key`.
     pub fn keyslot(&self, key: &str) -> u16 {
-        match self.cmd(0, &[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
+        match self.cmd(self.live_node(), &[b"CLUSTER", b"KEYSLOT", key.as_bytes()]) {
             Resp::Int(s) => u16::try_from(s).expect("slot"),
             r => panic!("CLUSTER KEYSLOT: {r:?}"),
         }
@@ -197,7 +334,7 @@ impl RedisClusterNodes {
         }
     }
 
-    /// Stop node `i` (by its PID).
+    /// Stop node `i` (SIGKILL by its PID).
     pub fn stop(&mut self, i: usize) {
         kill_and_reap(&mut self.children[i]);
     }

@@ -84,6 +84,13 @@ impl VerifyReport {
         (l.len(), p99, l.last().copied().unwrap_or_default())
     }
 
+    /// When the first and the last `SERVER_ERROR` arrived (None: none did).
+    pub fn error_span(&self) -> Option<(Instant, Instant)> {
+        let first = self.errors.iter().map(|e| e.at).min()?;
+        let last = self.errors.iter().map(|e| e.at).max()?;
+        Some((first, last))
+    }
+
     /// Panics (with the first examples) on cross-talk, stale values,
     /// replies over the timeout and broken connections.
     pub fn assert_no_wrong_values(&self, what: &str) {

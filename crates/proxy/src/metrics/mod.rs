@@ -34,6 +34,16 @@ pub use shard::ShardMetrics;
 use durations::Durations;
 use registry::{counter, gauge, spawn_upkeep};
 
+/// Registers one shard's series (like [`Metrics::shard`]) after start.
+#[derive(Debug, Clone)]
+pub struct ShardRegistry(Arc<PrometheusRecorder>);
+
+impl ShardRegistry {
+    pub fn shard(&self, backend: Backend, shard: &str) -> ShardMetrics {
+        ShardMetrics::register(&self.0, backend, shard)
+    }
+}
+
 /// All metric handles of one proxy process. `Send + Sync`; share it via `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -194,6 +204,11 @@ impl Metrics {
     /// (the recorder cannot unregister); their values stop changing.
     pub fn shard(&self, backend: Backend, shard: &str) -> ShardMetrics {
         ShardMetrics::register(&self.recorder, backend, shard)
+    }
+
+    /// Registers shard series later: Redis Cluster nodes found after start.
+    pub fn shard_registry(&self) -> ShardRegistry {
+        ShardRegistry(self.recorder.clone())
     }
 
     pub fn client_connected(&self) {

@@ -16,14 +16,17 @@ use tokio::sync::{mpsc, Notify};
 use super::connection::ConnectionSettings;
 use super::shard::Shard;
 use super::topology::{self, Topology};
-use super::{BackendError, Reply, ReplyTo, Routed};
+use super::{BackendError, BackendRequest, Reply, ReplyTo, Routed};
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ShardRegistry};
 
-/// Redirects one request may follow before it fails.
-const MAX_HOPS: u8 = 5;
-/// First wait before retrying a `TRYAGAIN`/`CLUSTERDOWN`; doubles each time.
+/// Redirects and retries one request may take before it fails (retries
+/// stop earlier, when their waits would pass `redis.timeout_ms`).
+const MAX_HOPS: u8 = 16;
+/// First wait before retrying a `TRYAGAIN`/`CLUSTERDOWN`; doubles each time
+/// up to `RETRY_MAX`.
 const RETRY_BASE: Duration = Duration::from_millis(10);
+const RETRY_MAX: Duration = Duration::from_millis(100);
 /// Refreshes asked for by redirects come at most this often.
 const REFRESH_GAP: Duration = Duration::from_millis(50);
 /// `ASKING` as sent before a request redirected by `-ASK`.
@@ -63,16 +66,55 @@ impl Redirect {
     }
 }
 
-/// One cluster: its nodes (indexes are the generation's shard indexes) and
-/// which of them serves each slot.
+/// One cluster: the nodes it has had and which of them serves each slot.
 #[derive(Debug)]
 pub struct Cluster {
+    /// The nodes known at start: the generation's `shards` (indexes 0..n
+    /// of the live node table too).
     pub shards: Vec<Arc<Shard>>,
-    /// `owner[slot]`: index into `shards`, or `UNOWNED`.
-    owner: ArcSwap<Box<[u16]>>,
+    map: ArcSwap<SlotMap>,
     refresh: Arc<Notify>,
     /// `redis.timeout_ms`: retries of `TRYAGAIN`/`CLUSTERDOWN` fit in it.
     timeout: Duration,
+    nodes: NodeStarter,
+    me: Weak<Cluster>,
+}
+
+/// The live node table and slot owners, swapped whole by the refresh task
+/// (its only writer), so an index and the owners always agree.
+#[derive(Debug)]
+struct SlotMap {
+    /// Append-only: an index located earlier names the same node for the
+    /// cluster's lifetime; `None` once that node left the cluster.
+    nodes: Vec<Option<Arc<Shard>>>,
+    /// `owner[slot]`: index into `nodes`, or `UNOWNED`.
+    owner: Box<[u16]>,
+}
+
+/// What starting a node's connections needs, kept for nodes found later.
+#[derive(Debug)]
+struct NodeStarter {
+    settings: ConnectionSettings,
+    connections: usize,
+    queue_depth: usize,
+    metrics: ShardRegistry,
+}
+
+impl NodeStarter {
+    fn start(&self, addr: &str, cluster: &Weak<Cluster>) -> Arc<Shard> {
+        let settings = ConnectionSettings {
+            addr: addr.to_string(),
+            ..self.settings.clone()
+        };
+        Arc::new(Shard::start(
+            addr.to_string(),
+            settings,
+            self.connections,
+            self.queue_depth,
+            self.metrics.shard(memshift_shadow::Backend::Redis, addr),
+            Some(cluster.clone()),
+        ))
+    }
 }
 
 impl Cluster {
@@ -80,20 +122,25 @@ impl Cluster {
     /// timeout), connect to every node, and start the refresh task.
     pub fn start(config: &Config, metrics: &Metrics) -> Result<Arc<Cluster>, String> {
         let redis = &config.redis;
-        let settings = |addr: &str| ConnectionSettings {
-            addr: addr.to_string(),
-            username: redis.username.clone(),
-            password: redis.password.clone(),
-            timeout: Duration::from_millis(redis.timeout_ms),
-            connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
-            tls: None,
-        };
         let seed = redis
             .cluster_nodes
             .first()
             .map(String::as_str)
             .unwrap_or("");
-        let topo = topology::discover(&redis.cluster_nodes, &settings(seed))?;
+        let starter = NodeStarter {
+            settings: ConnectionSettings {
+                addr: seed.to_string(),
+                username: redis.username.clone(),
+                password: redis.password.clone(),
+                timeout: Duration::from_millis(redis.timeout_ms),
+                connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
+                tls: None,
+            },
+            connections: redis.connections_per_shard,
+            queue_depth: redis.max_inflight_per_connection,
+            metrics: metrics.shard_registry(),
+        };
+        let topo = topology::discover(&redis.cluster_nodes, &starter.settings)?;
         tracing::info!(
             nodes = topo.nodes.len(),
             ranges = topo.ranges.len(),
@@ -103,23 +150,17 @@ impl Cluster {
             let shards: Vec<Arc<Shard>> = topo
                 .nodes
                 .iter()
-                .map(|addr| {
-                    Arc::new(Shard::start(
-                        addr.clone(),
-                        settings(addr),
-                        redis.connections_per_shard,
-                        redis.max_inflight_per_connection,
-                        metrics.shard(memshift_shadow::Backend::Redis, addr),
-                        Some(weak.clone()),
-                    ))
-                })
+                .map(|addr| starter.start(addr, weak))
                 .collect();
-            let owner = slot_owners(&topo, &shards);
+            let nodes: Vec<Option<Arc<Shard>>> = shards.iter().cloned().map(Some).collect();
+            let owner = slot_owners(&topo, &nodes);
             Cluster {
                 shards,
-                owner: ArcSwap::from_pointee(owner),
+                map: ArcSwap::from_pointee(SlotMap { nodes, owner }),
                 refresh: Arc::new(Notify::new()),
                 timeout: Duration::from_millis(redis.timeout_ms),
+                nodes: starter,
+                me: weak.clone(),
             }
         });
         spawn_refresh(
@@ -134,17 +175,27 @@ impl Cluster {
     /// request then fails as unavailable).
     #[inline]
     pub fn locate(&self, key: &[u8]) -> usize {
-        let owner = self.owner.load();
-        match owner.get(usize::from(key_slot(key))) {
+        let map = self.map.load();
+        match map.owner.get(usize::from(key_slot(key))) {
             Some(&o) if o != UNOWNED => usize::from(o),
             _ => usize::MAX,
         }
     }
 
+    /// Queue a request on node `node` (an index `locate` gave).
+    #[inline]
+    pub fn send(&self, node: usize, lane: usize, req: BackendRequest) {
+        match self.map.load().nodes.get(node) {
+            Some(Some(shard)) => shard.send(lane, req),
+            _ => req.reply.send(Err(BackendError::Unavailable)),
+        }
+    }
+
     /// The nodes serving at least one slot (for `flush_all`).
     pub fn masters(&self) -> Vec<usize> {
-        let mut serving = vec![false; self.shards.len()];
-        for &o in self.owner.load().iter() {
+        let map = self.map.load();
+        let mut serving = vec![false; map.nodes.len()];
+        for &o in map.owner.iter() {
             if let Some(s) = serving.get_mut(usize::from(o)) {
                 *s = true;
             }
@@ -152,8 +203,26 @@ impl Cluster {
         (0..serving.len()).filter(|&i| serving[i]).collect()
     }
 
-    fn node(&self, addr: &str) -> Option<&Arc<Shard>> {
-        self.shards.iter().find(|s| s.addr() == addr)
+    /// A connection to a cluster node was lost or refused: the node may
+    /// have failed over, so read the map again soon.
+    pub fn node_down(&self) {
+        self.refresh.notify_one();
+    }
+
+    fn node(&self, addr: &str) -> Option<Arc<Shard>> {
+        self.map
+            .load()
+            .nodes
+            .iter()
+            .flatten()
+            .find(|s| s.addr() == addr)
+            .cloned()
+    }
+
+    fn node_for(&self, key: &[u8]) -> Option<Arc<Shard>> {
+        let map = self.map.load();
+        let owner = *map.owner.get(usize::from(key_slot(key)))?;
+        map.nodes.get(usize::from(owner))?.clone()
     }
 
     /// Re-send a request a node answered with a cluster redirect or error.
@@ -179,9 +248,12 @@ impl Cluster {
                 self.refresh.notify_one();
                 match self.node(&addr) {
                     Some(node) => node.send_routed(lane, bytes, false, caller),
+                    // A node the map does not have yet (added, promoted at
+                    // a new address): the refresh connects to it; re-send
+                    // once it is known, within the timeout.
                     None => {
-                        tracing::warn!(slot, node = %addr, "redis cluster: MOVED to a node unknown since start (reload to use it)");
-                        caller.reply.send(Err(BackendError::Unavailable));
+                        tracing::debug!(slot, node = %addr, "redis cluster: MOVED to a node not in the map yet");
+                        self.later(hops, Redirect::Moved { slot, addr }, caller, bytes, from);
                     }
                 }
             }
@@ -192,32 +264,148 @@ impl Cluster {
                     out.extend_from_slice(&bytes);
                     node.send_routed(lane, out.freeze(), true, caller);
                 }
-                None => caller.reply.send(Err(BackendError::Unavailable)),
+                None => {
+                    self.refresh.notify_one();
+                    self.later(hops, Redirect::Ask { addr }, caller, bytes, from);
+                }
             },
             Redirect::Retry => {
+                // A multi-key MGET refused while its slot migrates (some of
+                // its keys moved already, or none exist on the importing
+                // node) keeps being refused until the slot has moved: read
+                // the keys one by one instead, each following its own ASK.
+                if let Some(keys) = mget_keys(&bytes) {
+                    return self.get_each(keys, caller, lane);
+                }
                 self.refresh.notify_one();
-                // Waits 10, 20, 40… ms: stop before their sum passes the timeout.
-                let wait = RETRY_BASE * (1u32 << (hops - 1));
-                let waited = RETRY_BASE * ((1u32 << hops) - 1);
-                let node = match self.node(from) {
-                    Some(node) if waited <= self.timeout => node.clone(),
-                    _ => return caller.reply.send(Err(BackendError::Unavailable)),
-                };
-                tokio::spawn(async move {
-                    tokio::time::sleep(wait).await;
-                    node.send_routed(lane, bytes, false, caller);
-                });
+                self.later(hops, Redirect::Retry, caller, bytes, from);
             }
         }
     }
+
+    /// After a short backoff, re-send the request: to `from` on `Retry`,
+    /// else by `redirect` again. Fails it once the waits would pass the
+    /// timeout.
+    fn later(&self, hops: u8, redirect: Redirect, caller: Routed, bytes: Bytes, from: &str) {
+        let wait = retry_wait(hops);
+        if retry_waited(hops) > self.timeout {
+            return caller.reply.send(Err(BackendError::Unavailable));
+        }
+        let (cluster, from) = (self.me.clone(), from.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(cluster) = cluster.upgrade() else {
+                return caller.reply.send(Err(BackendError::Unavailable));
+            };
+            match redirect {
+                Redirect::Retry => match cluster.node(&from) {
+                    Some(node) => node.send_routed(caller.reply.seq as usize, bytes, false, caller),
+                    None => caller.reply.send(Err(BackendError::Unavailable)),
+                },
+                // Another hop: `forward` counts it and re-checks the map.
+                redirect => {
+                    let caller = Routed {
+                        reply: caller.reply,
+                        hops: caller.hops,
+                    };
+                    cluster.forward(redirect, caller, bytes, &from);
+                }
+            }
+        });
+    }
+
+    /// Answer an `MGET` by one `GET` per key (each routed and redirected on
+    /// its own), assembled into the `MGET` reply.
+    fn get_each(&self, keys: Vec<Bytes>, caller: Routed, lane: usize) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let count = keys.len();
+        for (i, key) in keys.iter().enumerate() {
+            let mut cmd = BytesMut::with_capacity(key.len() + 24);
+            encode_command(&mut cmd, &[b"GET", key]);
+            let one = Routed {
+                reply: ReplyTo {
+                    tx: tx.clone(),
+                    seq: caller.reply.seq,
+                    part: i as u32,
+                },
+                hops: caller.hops,
+            };
+            match self.node_for(key) {
+                Some(node) => node.send_routed(lane, cmd.freeze(), false, one),
+                None => one.reply.send(Err(BackendError::Unavailable)),
+            }
+        }
+        drop(tx);
+        // Each GET is answered by its connection (reply, timeout, failure);
+        // the bound is a backstop.
+        let bound = self.timeout * 4;
+        tokio::spawn(async move {
+            let collect = async {
+                let mut values = vec![Frame::Null; count];
+                for _ in 0..count {
+                    let Some(reply) = rx.recv().await else {
+                        return Err(BackendError::ConnectionLost);
+                    };
+                    let value = match reply.result? {
+                        Reply::Redis(f @ (Frame::Bulk(_) | Frame::Null)) => f,
+                        // An error (or anything else): the whole MGET's.
+                        Reply::Redis(other) => return Ok(other),
+                        Reply::Memcached(_) => return Err(BackendError::ConnectionLost),
+                    };
+                    if let Some(v) = values.get_mut(reply.part as usize) {
+                        *v = value;
+                    }
+                }
+                Ok(Frame::Array(values))
+            };
+            let result = tokio::time::timeout(bound, collect)
+                .await
+                .unwrap_or(Err(BackendError::Timeout));
+            caller.reply.send(result);
+        });
+    }
 }
 
-/// The slot table of `topo` over `shards` (matched by address).
-fn slot_owners(topo: &Topology, shards: &[Arc<Shard>]) -> Box<[u16]> {
+/// Waits before retries: 10, 20, 40, 80, then 100 ms each.
+fn retry_wait(hops: u8) -> Duration {
+    (RETRY_BASE * (1u32 << hops.saturating_sub(1).min(4))).min(RETRY_MAX)
+}
+
+/// The most `hops` retries can have waited in all.
+fn retry_waited(hops: u8) -> Duration {
+    (1..=hops).map(retry_wait).sum()
+}
+
+/// The keys of an encoded `MGET` (as the translation writes it), or `None`
+/// for any other command.
+fn mget_keys(cmd: &[u8]) -> Option<Vec<Bytes>> {
+    let mut parser = memshift_protocol::resp::ReplyParser::new();
+    let mut buf = BytesMut::from(cmd);
+    let Ok(Some(Frame::Array(args))) = parser.parse(&mut buf) else {
+        return None;
+    };
+    let mut args = args.into_iter();
+    match args.next() {
+        Some(Frame::Bulk(name)) if name.eq_ignore_ascii_case(b"MGET") => {}
+        _ => return None,
+    }
+    args.map(|a| match a {
+        Frame::Bulk(key) => Some(key),
+        _ => None,
+    })
+    .collect::<Option<Vec<Bytes>>>()
+    .filter(|keys| !keys.is_empty())
+}
+
+/// The slot table of `topo` over `nodes` (matched by address).
+fn slot_owners(topo: &Topology, nodes: &[Option<Arc<Shard>>]) -> Box<[u16]> {
     let mut owner = vec![UNOWNED; usize::from(SLOT_COUNT)].into_boxed_slice();
     for (first, last, addr) in &topo.ranges {
-        let Some(i) = shards.iter().position(|s| s.addr() == addr) else {
-            tracing::warn!(node = %addr, "redis cluster: a master unknown since start serves slots {first}-{last} (reload to use it)");
+        let Some(i) = nodes
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.addr() == addr))
+        else {
+            tracing::warn!(node = %addr, "redis cluster: a master not in the node table serves slots {first}-{last}");
             continue;
         };
         for slot in *first..=*last {
@@ -227,6 +415,32 @@ fn slot_owners(topo: &Topology, shards: &[Arc<Shard>]) -> Box<[u16]> {
         }
     }
     owner
+}
+
+impl Cluster {
+    /// Take a freshly read topology: connect to nodes not seen before,
+    /// retire the nodes it no longer lists, and point the slots at their
+    /// masters. Only the refresh task calls this.
+    fn apply(&self, topo: &Topology) {
+        let old = self.map.load_full();
+        let mut nodes = old.nodes.clone();
+        for addr in &topo.nodes {
+            if !nodes.iter().flatten().any(|s| s.addr() == addr) {
+                tracing::info!(node = %addr, "redis cluster: new node, connecting");
+                nodes.push(Some(self.nodes.start(addr, &self.me)));
+            }
+        }
+        for entry in nodes.iter_mut() {
+            if let Some(s) = entry {
+                if !topo.nodes.iter().any(|a| a == s.addr()) {
+                    tracing::info!(node = %s.addr(), "redis cluster: node left the cluster, retired");
+                    *entry = None;
+                }
+            }
+        }
+        let owner = slot_owners(topo, &nodes);
+        self.map.store(Arc::new(SlotMap { nodes, owner }));
+    }
 }
 
 /// Re-read the slot map every `every`, and soon after a redirect asks.
@@ -240,7 +454,7 @@ fn spawn_refresh(cluster: Weak<Cluster>, asked: Arc<Notify>, every: Duration) {
             // The generation is gone (reload, shutdown): stop.
             let Some(c) = cluster.upgrade() else { return };
             match read_topology(&c).await {
-                Some(topo) => c.owner.store(Arc::new(slot_owners(&topo, &c.shards))),
+                Some(topo) => c.apply(&topo),
                 None => tracing::warn!("redis cluster: no node gave the slot map"),
             }
             drop(c);
@@ -249,9 +463,12 @@ fn spawn_refresh(cluster: Weak<Cluster>, asked: Arc<Notify>, every: Duration) {
     });
 }
 
-/// `CLUSTER SHARDS` (else `CLUSTER SLOTS`) from the first node that answers.
+/// `CLUSTER SHARDS` (else `CLUSTER SLOTS`) from the first node that
+/// answers, nodes known longest first (a node just added may not know
+/// every other node yet).
 async fn read_topology(c: &Cluster) -> Option<Topology> {
-    for node in &c.shards {
+    let nodes: Vec<Arc<Shard>> = c.map.load().nodes.iter().flatten().cloned().collect();
+    for node in &nodes {
         if let Some(t) = ask(node, &[b"CLUSTER", b"SHARDS"])
             .await
             .as_ref()

@@ -123,6 +123,7 @@ impl Connector for RedisConnector {
                 tracing::info!(shard = %addr, "redis shard connected");
             }
             Event::Unreachable { why, first } => {
+                self.cluster_node_down();
                 self.metrics.set_up(false);
                 self.metrics.error(ErrorKind::Connection);
                 if first {
@@ -130,6 +131,7 @@ impl Connector for RedisConnector {
                 }
             }
             Event::Lost { why, failed } => {
+                self.cluster_node_down();
                 self.metrics.set_up(false);
                 if let Broken::Protocol(_) = why {
                     self.metrics.error(ErrorKind::Protocol);
@@ -144,6 +146,16 @@ impl Connector for RedisConnector {
             }
             Event::RefusedWhileDown => self.metrics.error(ErrorKind::Connection),
             Event::Stopped => self.metrics.set_up(false),
+        }
+    }
+}
+
+impl RedisConnector {
+    /// Cluster mode: a node's connection failed; it may have failed over,
+    /// so the map is read again soon (not only at the next period).
+    fn cluster_node_down(&self) {
+        if let Some(cluster) = self.cluster.as_ref().and_then(std::sync::Weak::upgrade) {
+            cluster.node_down();
         }
     }
 }

@@ -253,6 +253,11 @@ impl RedisBackends {
     /// Put `cmd` on `shard`'s connection `lane`; its reply goes to `reply`.
     #[inline]
     pub fn send(&self, shard: usize, lane: usize, cmd: Bytes, reply: ReplyTo) {
+        // A cluster's node table grows with the cluster (nodes added or
+        // promoted after start); `shards` holds the nodes known at start.
+        if let Placement::Cluster(cluster) = &self.placement {
+            return cluster.send(shard, lane, BackendRequest { cmd, reply });
+        }
         match self.shards.get(shard) {
             Some(s) => s.send(lane, BackendRequest { cmd, reply }),
             None => reply.send(Err(BackendError::Unavailable)),

@@ -1,0 +1,342 @@
+//! memshift in `mode = "cluster"` while the cluster changes under load
+//! (issue 16's checks): a verifying client (each connection owns its keys
+//! and remembers the last acknowledged value) runs while
+//! - a master is SIGKILLed and its replica promoted: its keys fail fast,
+//!   then are served again with no restart and no reload; no wrong values;
+//!   the seconds of errors and the acknowledged writes the cluster lost are
+//!   printed;
+//! - `redis-cli --cluster reshard` moves slots between masters: zero errors,
+//!   zero wrong values (`-ASK`/`-MOVED`/`-TRYAGAIN` handled);
+//! - a 7th node joins (`add-node`) and `rebalance` gives it slots: zero
+//!   errors, and memshift uses the new master without a reload.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use memshift_tests::redis_cluster::{NodeOptions, RedisClusterNodes};
+use memshift_tests::{require_tools, McClient, VerifyConfig, VerifyLoad, VerifyReport};
+
+const TOOLS: &[&str] = &["redis-server", "redis-cli"];
+/// `redis.timeout_ms` of the memshift these tests start.
+const REDIS_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Bound for anything the load or the cluster must get done.
+const PHASE: Duration = Duration::from_secs(120);
+
+fn load(memshift_addr: &str, prefix: &str) -> VerifyLoad {
+    let cfg = VerifyConfig {
+        clients: 6,
+        keys_per_client: 40,
+        // Far above `redis.timeout_ms`: a request that hangs past it still
+        // shows, without timing noise on a loaded box.
+        request_timeout: Duration::from_secs(5),
+        max_ops_per_client: u64::MAX,
+        max_duration: Duration::from_secs(600),
+        ..VerifyConfig::default()
+    };
+    VerifyLoad::start(memshift_addr, prefix, cfg)
+}
+
+fn run_ops(load: &VerifyLoad, n: u64, what: &str) {
+    assert!(
+        load.wait_ops(n, PHASE),
+        "the verifying load did not complete {n} ops within {PHASE:?} ({what}); {} ops so far",
+        load.ops()
+    );
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2}s", d.as_secs_f64())
+}
+
+/// Load while the cluster changes: zero errors, zero misses of
+/// acknowledged keys, zero wrong values, no reply later than the timeout.
+fn assert_untouched(r: &VerifyReport, what: &str) {
+    r.assert_no_wrong_values(what);
+    assert!(
+        r.errors.is_empty(),
+        "{what}: {} SERVER_ERROR replies; first ones: {:#?}",
+        r.errors.len(),
+        &r.errors[..r.errors.len().min(10)]
+    );
+    assert!(
+        r.misses.is_empty(),
+        "{what}: {} misses of acknowledged keys; first ones: {:#?}",
+        r.misses.len(),
+        &r.misses[..r.misses.len().min(10)]
+    );
+}
+
+/// Prints what the load saw between `from` and `to` (the change).
+fn print_window(test: &str, r: &VerifyReport, from: Instant, to: Instant) {
+    let (n, p99, max) = r.window(from, to);
+    eprintln!(
+        "{test}: {} ops in all, {n} during the change ({}), p99 {:?}, max {:?}; overall p99 {:?}, max {:?}",
+        r.ops,
+        secs(to - from),
+        p99,
+        max,
+        r.quantile(0.99),
+        r.max_latency()
+    );
+}
+
+/// SIGKILL a master under load; its replica is promoted (node timeout 1 s).
+#[test]
+fn cluster_failover_under_load() {
+    let test = "cluster_failover_under_load";
+    if !require_tools(test, TOOLS) {
+        return;
+    }
+    // Without full coverage required, the other masters keep serving while
+    // the dead one's slots have no owner: only its keys may fail.
+    let mut nodes = RedisClusterNodes::start_with(NodeOptions {
+        node_timeout_ms: 1000,
+        require_full_coverage: false,
+    });
+    let (memshift, _) = nodes.memshift("");
+    let load = load(memshift.addr(), "fo");
+    run_ops(&load, 2000, "before the kill");
+
+    let ranges = nodes.slot_ranges();
+    let victim = ranges[0].2;
+    let victim_slots: Vec<(u16, u16)> = ranges
+        .iter()
+        .filter(|r| r.2 == victim)
+        .map(|r| (r.0, r.1))
+        .collect();
+    let on_victim = |slot: u16| victim_slots.iter().any(|&(a, b)| (a..=b).contains(&slot));
+    // The keys the load uses, and which of them the victim serves.
+    let keys: Vec<String> = (0..6)
+        .flat_map(|c| (0..40).map(move |i| memshift_tests::verify::key_name("fo", c, i)))
+        .collect();
+    let victim_keys: HashSet<String> = keys
+        .iter()
+        .filter(|k| on_victim(nodes.keyslot(k)))
+        .cloned()
+        .collect();
+    assert!(!victim_keys.is_empty(), "some keys live on the victim");
+    let probe = victim_keys.iter().next().cloned().unwrap_or_default();
+
+    let killed_at = Instant::now();
+    nodes.stop(victim);
+    // Right after the kill, its keys fail fast (or, on a very slow box,
+    // are already served by the promoted replica).
+    let mut c = memshift.client();
+    let asked = Instant::now();
+    let reply = c
+        .request_str(format!("get {probe}\r\n").as_bytes())
+        .expect("a reply");
+    let fast_fail = asked.elapsed();
+    assert!(
+        reply.starts_with("SERVER_ERROR ") || reply.ends_with("END\r\n"),
+        "get of a key on the killed master: {reply:?}"
+    );
+    assert!(
+        fast_fail < REDIS_TIMEOUT + Duration::from_secs(3),
+        "a get of a key on the killed master took {fast_fail:?}"
+    );
+
+    nodes.wait_failed_over(victim, PHASE);
+    let promoted_at = Instant::now();
+    // Every key is served again (no SERVER_ERROR), with no restart/reload.
+    let all_served = |c: &mut McClient| {
+        keys.iter().all(|k| {
+            c.request_str(format!("get {k}\r\n").as_bytes())
+                .is_ok_and(|r| !r.starts_with("SERVER_ERROR"))
+        })
+    };
+    let deadline = killed_at + Duration::from_secs(60);
+    let mut c = McClient::connect_with_timeout(memshift.addr(), Duration::from_secs(5))
+        .expect("connect");
+    while !all_served(&mut c) {
+        assert!(
+            Instant::now() < deadline,
+            "not every key served again 60 s after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let served_at = Instant::now();
+    run_ops(&load, 3000, "after the failover");
+    let r = load.stop();
+
+    // Never a wrong value: another key's or client's, or one never written.
+    assert!(
+        r.cross_talk.is_empty(),
+        "{} wrong values; first ones: {:#?}",
+        r.cross_talk.len(),
+        &r.cross_talk[..r.cross_talk.len().min(10)]
+    );
+    assert!(
+        r.over_timeout.is_empty() && r.connection_errors.is_empty(),
+        "requests not answered in time or broken connections: {:#?} {:#?}",
+        &r.over_timeout[..r.over_timeout.len().min(10)],
+        &r.connection_errors[..r.connection_errors.len().min(10)]
+    );
+    // Errors: only after the kill, only for requests with a key on the
+    // killed master, none once every key was served again.
+    let settle = Duration::from_secs(2);
+    for e in &r.errors {
+        assert!(
+            e.at >= killed_at && e.at <= served_at + settle,
+            "an error outside the failover: {e:?}"
+        );
+        assert!(
+            e.keys.iter().any(|k| victim_keys.contains(k)),
+            "an error for keys on masters that stayed up: {e:?}"
+        );
+    }
+    // What the cluster lost (acknowledged by the dead master, never
+    // replicated): misses, or an older value read, of its keys only.
+    let key_of_stale = |s: &String| {
+        keys.iter()
+            .find(|k| s.contains(&format!(" {k}")))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut lost: HashSet<String> = HashSet::new();
+    for m in &r.misses {
+        assert!(
+            victim_keys.contains(&m.key),
+            "an acknowledged key on a master that stayed up was lost: {m:?}"
+        );
+        assert!(m.acked_at <= promoted_at, "lost a key written after the failover: {m:?}");
+        lost.insert(m.key.clone());
+    }
+    for s in &r.stale {
+        let k = key_of_stale(s);
+        assert!(
+            victim_keys.contains(&k),
+            "an older value read for a key on a master that stayed up: {s}"
+        );
+        lost.insert(k);
+    }
+    let error_secs = r
+        .error_span()
+        .map_or(Duration::ZERO, |(first, last)| last - first);
+    print_window(test, &r, killed_at, served_at);
+    eprintln!(
+        "{test}: first get after the kill {fast_fail:?} ({}); promotion seen {} after the kill; \
+         every key served {} after the kill; SERVER_ERRORs: {} over {} (of {} keys, {} on the killed master); \
+         lost acknowledged keys: {} ({} misses, {} older values)",
+        reply.trim_end(),
+        secs(promoted_at - killed_at),
+        secs(served_at - killed_at),
+        r.errors.len(),
+        secs(error_secs),
+        keys.len(),
+        victim_keys.len(),
+        lost.len(),
+        r.misses.len(),
+        r.stale.len(),
+    );
+}
+
+/// `redis-cli --cluster reshard` moves 1500 slots between two masters
+/// while the load runs: zero errors, zero wrong values.
+#[test]
+fn cluster_reshard_under_load() {
+    let test = "cluster_reshard_under_load";
+    if !require_tools(test, TOOLS) {
+        return;
+    }
+    let nodes = RedisClusterNodes::start();
+    let (memshift, _) = nodes.memshift("");
+    let load = load(memshift.addr(), "rs");
+    run_ops(&load, 2000, "before the reshard");
+    let masters = nodes.masters();
+    let (from, to) = (masters[0], masters[1]);
+    let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
+    let (from_id, to_id) = (
+        String::from_utf8_lossy(&from_id).into_owned(),
+        String::from_utf8_lossy(&to_id).into_owned(),
+    );
+    let started = Instant::now();
+    let ops_before = load.ops();
+    nodes.redis_cli(&[
+        "reshard",
+        &nodes.addrs()[from],
+        "--cluster-from",
+        &from_id,
+        "--cluster-to",
+        &to_id,
+        "--cluster-slots",
+        "1500",
+        "--cluster-yes",
+    ]);
+    let ended = Instant::now();
+    let ops_during = load.ops() - ops_before;
+    nodes.wait_ok();
+    run_ops(&load, 2000, "after the reshard");
+    let r = load.stop();
+    print_window(test, &r, started, ended);
+    eprintln!(
+        "{test}: {ops_during} ops during the reshard; SERVER_ERRORs {}, misses {}, wrong values {}",
+        r.errors.len(),
+        r.misses.len(),
+        r.cross_talk.len() + r.stale.len()
+    );
+    assert!(ops_during > 0, "the load ran during the reshard");
+    assert_untouched(&r, test);
+}
+
+/// A 7th node joins as an empty master and `rebalance
+/// --cluster-use-empty-masters` moves slots to it under load: zero errors,
+/// and memshift serves its keys without a reload.
+#[test]
+fn cluster_add_node_and_rebalance_under_load() {
+    let test = "cluster_add_node_and_rebalance_under_load";
+    if !require_tools(test, TOOLS) {
+        return;
+    }
+    let mut nodes = RedisClusterNodes::start();
+    let (memshift, _) = nodes.memshift("");
+    let load = load(memshift.addr(), "an");
+    run_ops(&load, 2000, "before the new node");
+    let started = Instant::now();
+    let added = nodes.add_master();
+    let ops_before = load.ops();
+    nodes.redis_cli(&[
+        "rebalance",
+        &nodes.addrs()[nodes.live_node()],
+        "--cluster-use-empty-masters",
+    ]);
+    let ended = Instant::now();
+    let ops_during = load.ops() - ops_before;
+    nodes.wait_ok();
+    assert!(
+        nodes.masters().contains(&added),
+        "the new node serves slots after the rebalance"
+    );
+    // The load keeps writing: some of its keys now live on the new master,
+    // which only memshift's own connections to it can have put there.
+    run_ops(&load, 3000, "after the rebalance");
+    let r = load.stop();
+    let on_new = r
+        .keys
+        .iter()
+        .filter(|k| nodes.master_of(nodes.keyslot(k)) == added)
+        .count();
+    let mut c = memshift.client();
+    let served_by_new = r
+        .keys
+        .iter()
+        .filter(|k| nodes.master_of(nodes.keyslot(k)) == added)
+        .filter(|k| {
+            c.request_str(format!("get {k}\r\n").as_bytes())
+                .is_ok_and(|reply| !reply.starts_with("SERVER_ERROR"))
+        })
+        .count();
+    print_window(test, &r, started, ended);
+    eprintln!(
+        "{test}: {ops_during} ops during the rebalance; {on_new} of {} keys on the new master; \
+         SERVER_ERRORs {}, misses {}, wrong values {}",
+        r.keys.len(),
+        r.errors.len(),
+        r.misses.len(),
+        r.cross_talk.len() + r.stale.len()
+    );
+    assert!(ops_during > 0, "the load ran during the rebalance");
+    assert!(on_new > 0, "some keys moved to the new master");
+    assert_eq!(served_by_new, on_new, "every key on the new master is served");
+    assert_untouched(&r, test);
+}
