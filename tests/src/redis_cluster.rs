@@ -75,7 +75,28 @@ impl RedisClusterNodes {
             out.stderr
         );
         nodes.wait_ok();
+        nodes.wait_replicas_synced();
         nodes
+    }
+
+    /// Waits until every running replica has finished its sync with its
+    /// master (a replica that never synced refuses to fail over).
+    pub fn wait_replicas_synced(&self) {
+        self.wait_for("every replica in sync with its master", || {
+            self.running().all(|i| {
+                RedisClient::connect(&self.addrs()[i], Duration::from_millis(500))
+                    .and_then(|mut c| c.cmd(&[b"INFO", b"replication"]))
+                    .map(|r| match r {
+                        Resp::Bulk(Some(b)) => {
+                            let info = String::from_utf8_lossy(&b);
+                            !info.contains("role:slave")
+                                || info.contains("master_link_status:up")
+                        }
+                        _ => false,
+                    })
+                    .unwrap_or(false)
+            })
+        });
     }
 
     /// Start node `i` on a free port; returns its index.
@@ -198,6 +219,8 @@ impl RedisClusterNodes {
                 },
             ])
             .args(["--save", ""])
+            // Replicas sync at once (the default waits 5 s for more).
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(["--appendonly", "no"])
             .arg("--dir")
             .arg(&node_dir);
