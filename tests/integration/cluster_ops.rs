@@ -14,7 +14,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use memshift_tests::redis_cluster::{NodeOptions, RedisClusterNodes};
-use memshift_tests::{require_tools, McClient, VerifyConfig, VerifyLoad, VerifyReport};
+use memshift_tests::{
+    require_tools, McClient, RedisClient, Resp, VerifyConfig, VerifyLoad, VerifyReport,
+};
 
 const TOOLS: &[&str] = &["redis-server", "redis-cli"];
 /// `redis.timeout_ms` of the memshift these tests start.
@@ -23,8 +25,12 @@ const REDIS_TIMEOUT: Duration = Duration::from_millis(1000);
 const PHASE: Duration = Duration::from_secs(120);
 
 fn load(memshift_addr: &str, prefix: &str) -> VerifyLoad {
+    load_with(memshift_addr, prefix, 6)
+}
+
+fn load_with(memshift_addr: &str, prefix: &str, clients: usize) -> VerifyLoad {
     let cfg = VerifyConfig {
-        clients: 6,
+        clients,
         keys_per_client: 40,
         // Far above `redis.timeout_ms`: a request that hangs past it still
         // shows, without timing noise on a loaded box.
@@ -231,8 +237,16 @@ fn cluster_failover_under_load() {
     );
 }
 
+/// Filler keys put in the hash-tagged slot the reshard moves first.
+const FILLER_KEYS: usize = 30_000;
+
 /// `redis-cli --cluster reshard` moves 1500 slots between two masters
-/// while the load runs: zero errors, zero wrong values.
+/// while the load runs: zero errors, zero wrong values. One load spreads
+/// its keys over every slot; another keeps all of its keys in one slot
+/// among the moved ones (a `{hash tag}`), padded with filler keys so that
+/// slot takes a while to migrate: its multi-gets mix keys already moved,
+/// not yet moved and deleted, which the nodes refuse with `-TRYAGAIN` for
+/// as long as the migration lasts.
 #[test]
 fn cluster_reshard_under_load() {
     let test = "cluster_reshard_under_load";
@@ -240,18 +254,49 @@ fn cluster_reshard_under_load() {
         return;
     }
     let nodes = RedisClusterNodes::start();
-    let (memshift, _) = nodes.memshift("");
-    let load = load(memshift.addr(), "rs");
-    run_ops(&load, 2000, "before the reshard");
     let masters = nodes.masters();
     let (from, to) = (masters[0], masters[1]);
+    // redis-cli moves a source's slots from its lowest up.
+    let first = nodes
+        .slot_ranges()
+        .iter()
+        .filter(|r| r.2 == from)
+        .map(|r| r.0)
+        .min()
+        .expect("the source serves slots");
+    let tag = (0..)
+        .map(|i| format!("{{rs{i}}}"))
+        .find(|t| (first..first + 100).contains(&nodes.keyslot(t)))
+        .expect("a tag in the moved slots");
+    let mut filler = RedisClient::connect(&nodes.addrs()[from], Duration::from_secs(10))
+        .expect("connect to the source");
+    for chunk in 0..FILLER_KEYS / 1000 {
+        let keys: Vec<String> = (0..1000)
+            .map(|i| format!("{tag}:filler:{}", chunk * 1000 + i))
+            .collect();
+        let mut args: Vec<&[u8]> = vec![b"MSET"];
+        for k in &keys {
+            args.push(k.as_bytes());
+            args.push(b"x");
+        }
+        assert_eq!(
+            filler.cmd(&args).expect("MSET"),
+            Resp::Simple("OK".into()),
+            "filler keys"
+        );
+    }
+    let (memshift, _) = nodes.memshift("");
+    let spread = load_with(memshift.addr(), "rs", 4);
+    let tagged = load_with(memshift.addr(), &tag, 4);
+    run_ops(&spread, 1000, "before the reshard");
+    run_ops(&tagged, 1000, "before the reshard");
     let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
     let (from_id, to_id) = (
         String::from_utf8_lossy(&from_id).into_owned(),
         String::from_utf8_lossy(&to_id).into_owned(),
     );
     let started = Instant::now();
-    let ops_before = load.ops();
+    let ops_before = spread.ops() + tagged.ops();
     nodes.redis_cli(&[
         "reshard",
         &nodes.addrs()[from],
@@ -264,19 +309,28 @@ fn cluster_reshard_under_load() {
         "--cluster-yes",
     ]);
     let ended = Instant::now();
-    let ops_during = load.ops() - ops_before;
+    let ops_during = spread.ops() + tagged.ops() - ops_before;
     nodes.wait_ok();
-    run_ops(&load, 2000, "after the reshard");
-    let r = load.stop();
-    print_window(test, &r, started, ended);
-    eprintln!(
-        "{test}: {ops_during} ops during the reshard; SERVER_ERRORs {}, misses {}, wrong values {}",
-        r.errors.len(),
-        r.misses.len(),
-        r.cross_talk.len() + r.stale.len()
+    assert_eq!(
+        nodes.master_of(nodes.keyslot(&tag)),
+        to,
+        "the tagged slot moved"
     );
+    run_ops(&spread, 1000, "after the reshard");
+    run_ops(&tagged, 1000, "after the reshard");
+    for (name, r) in [("spread", spread.stop()), ("tagged", tagged.stop())] {
+        let what = format!("{test} ({name} keys)");
+        print_window(&what, &r, started, ended);
+        eprintln!(
+            "{what}: SERVER_ERRORs {}, misses {}, wrong values {}",
+            r.errors.len(),
+            r.misses.len(),
+            r.cross_talk.len() + r.stale.len()
+        );
+        assert_untouched(&r, &what);
+    }
+    eprintln!("{test}: {ops_during} ops during the reshard");
     assert!(ops_during > 0, "the load ran during the reshard");
-    assert_untouched(&r, test);
 }
 
 /// A 7th node joins as an empty master and `rebalance
