@@ -152,8 +152,8 @@ fn cluster_failover_under_load() {
         })
     };
     let deadline = killed_at + Duration::from_secs(60);
-    let mut c = McClient::connect_with_timeout(memshift.addr(), Duration::from_secs(5))
-        .expect("connect");
+    let mut c =
+        McClient::connect_with_timeout(memshift.addr(), Duration::from_secs(5)).expect("connect");
     while !all_served(&mut c) {
         assert!(
             Instant::now() < deadline,
@@ -205,7 +205,10 @@ fn cluster_failover_under_load() {
             victim_keys.contains(&m.key),
             "an acknowledged key on a master that stayed up was lost: {m:?}"
         );
-        assert!(m.acked_at <= promoted_at, "lost a key written after the failover: {m:?}");
+        assert!(
+            m.acked_at <= promoted_at,
+            "lost a key written after the failover: {m:?}"
+        );
         lost.insert(m.key.clone());
     }
     for s in &r.stale {
@@ -391,6 +394,9 @@ fn cluster_add_node_and_rebalance_under_load() {
     );
     assert!(ops_during > 0, "the load ran during the rebalance");
     assert!(on_new > 0, "some keys moved to the new master");
-    assert_eq!(served_by_new, on_new, "every key on the new master is served");
+    assert_eq!(
+        served_by_new, on_new,
+        "every key on the new master is served"
+    );
     assert_untouched(&r, test);
 }

@@ -89,8 +89,7 @@ impl RedisClusterNodes {
                     .map(|r| match r {
                         Resp::Bulk(Some(b)) => {
                             let info = String::from_utf8_lossy(&b);
-                            !info.contains("role:slave")
-                                || info.contains("master_link_status:up")
+                            !info.contains("role:slave") || info.contains("master_link_status:up")
                         }
                         _ => false,
                     })

@@ -1,8 +1,16 @@
-//! Redis Cluster mode: the slot → master map over the nodes known at start,
-//! its refresh (periodic, and on `-MOVED`), and redirects: a request a node
-//! answers with `-MOVED`/`-ASK`/`-TRYAGAIN`/`-CLUSTERDOWN` is re-sent from
-//! the connection that got that answer, so the session only ever sees the
-//! final reply (or a failure, rendered as memcached's `SERVER_ERROR`).
+//! Redis Cluster mode: the node table and slot → master map, their refresh
+//! (periodic, on `-MOVED`, and when a node's connection fails), and
+//! redirects: a request a node answers with `-MOVED`/`-ASK`/`-TRYAGAIN`/
+//! `-CLUSTERDOWN` is re-sent from the connection that got that answer, so
+//! the session only ever sees the final reply (or a failure, rendered as
+//! memcached's `SERVER_ERROR`).
+//!
+//! The node table follows the cluster with no reload: a refresh connects to
+//! nodes it has not seen (masters added, replicas at new addresses) and
+//! retires the nodes the cluster no longer lists. A multi-key `MGET` the
+//! cluster refuses with `-TRYAGAIN` (its slot is migrating and its keys are
+//! split between the two nodes, or missing) is answered by one `GET` per
+//! key instead, each following its own `-ASK`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -538,5 +546,33 @@ mod tests {
         );
         assert_eq!(Redirect::parse(b"ERR unknown command"), None);
         assert_eq!(Redirect::parse(b"MOVED x 1:2"), None);
+    }
+
+    #[test]
+    fn mget_keys_only_of_an_mget() {
+        let mut buf = BytesMut::new();
+        encode_command(&mut buf, &[b"MGET", b"a", b"{t}b"]);
+        assert_eq!(
+            mget_keys(&buf),
+            Some(vec![Bytes::from_static(b"a"), Bytes::from_static(b"{t}b")])
+        );
+        let mut buf = BytesMut::new();
+        encode_command(&mut buf, &[b"GET", b"a"]);
+        assert_eq!(mget_keys(&buf), None);
+        assert_eq!(mget_keys(b"*1\r\n$4\r\nMGET\r\n"), None);
+        assert_eq!(mget_keys(b"*2\r\n$4\r\nMGET\r\n$9\r\nshort"), None);
+        assert_eq!(mget_keys(b"garbage"), None);
+    }
+
+    #[test]
+    fn retries_fit_the_timeout() {
+        assert_eq!(retry_wait(1), Duration::from_millis(10));
+        assert_eq!(retry_wait(4), Duration::from_millis(80));
+        assert_eq!(retry_wait(9), RETRY_MAX);
+        // With a 1 s timeout, retries stop well before the hop limit.
+        let last = (1..=MAX_HOPS)
+            .take_while(|&h| retry_waited(h) <= Duration::from_secs(1))
+            .last();
+        assert_eq!(last, Some(12));
     }
 }
