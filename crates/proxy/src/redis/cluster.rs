@@ -27,6 +27,7 @@ use super::topology::{self, Topology};
 use super::{BackendError, BackendRequest, Reply, ReplyTo, Routed};
 use crate::config::Config;
 use crate::metrics::{Metrics, ShardRegistry};
+use crate::tls::RedisTls;
 
 /// Redirects and retries one request may take before it fails (retries
 /// stop earlier, when their waits would pass `redis.timeout_ms`).
@@ -100,20 +101,37 @@ struct SlotMap {
 }
 
 /// What starting a node's connections needs, kept for nodes found later.
-#[derive(Debug)]
 struct NodeStarter {
+    /// Every node's settings but `addr` and `tls`.
     settings: ConnectionSettings,
+    /// `redis.tls*`, made per node (the name its certificate must carry).
+    tls: Option<RedisTls>,
     connections: usize,
     queue_depth: usize,
     metrics: ShardRegistry,
 }
 
+impl std::fmt::Debug for NodeStarter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeStarter")
+            .field("settings", &self.settings)
+            .field("tls", &self.tls.is_some())
+            .field("connections", &self.connections)
+            .finish_non_exhaustive()
+    }
+}
+
 impl NodeStarter {
-    fn start(&self, addr: &str, cluster: &Weak<Cluster>) -> Arc<Shard> {
-        let settings = ConnectionSettings {
+    fn settings(&self, addr: &str) -> ConnectionSettings {
+        ConnectionSettings {
             addr: addr.to_string(),
+            tls: self.tls.as_ref().map(|t| t.for_shard(addr)),
             ..self.settings.clone()
-        };
+        }
+    }
+
+    fn start(&self, addr: &str, cluster: &Weak<Cluster>) -> Arc<Shard> {
+        let settings = self.settings(addr);
         Arc::new(Shard::start(
             addr.to_string(),
             settings,
@@ -144,11 +162,12 @@ impl Cluster {
                 connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
                 tls: None,
             },
+            tls: crate::tls::RedisTls::from_config(redis).map_err(|e| e.to_string())?,
             connections: redis.connections_per_shard,
             queue_depth: redis.max_inflight_per_connection,
             metrics: metrics.shard_registry(),
         };
-        let topo = topology::discover(&redis.cluster_nodes, &starter.settings)?;
+        let topo = topology::discover(&redis.cluster_nodes, &starter.settings(seed))?;
         tracing::info!(
             nodes = topo.nodes.len(),
             ranges = topo.ranges.len(),
