@@ -119,10 +119,20 @@ impl RedisClusterNodes {
         let i = self.spawn_on_free_port(self.ports.len());
         let live = self.live_node();
         self.redis_cli(&["add-node", &self.addrs()[i], &self.addrs()[live]]);
-        let want = self.running().count();
-        self.wait_for("every node to know the new one", || {
-            self.running().all(|n| self.known_nodes(n) == Some(want))
-        });
+        let deadline = Instant::now() + READY;
+        while !self.running().all(|n| self.knows_all(n)) {
+            if Instant::now() > deadline {
+                let tables: Vec<String> = self
+                    .running()
+                    .map(|n| format!("node {n}:\n{}", self.cluster_nodes(n).unwrap_or_default()))
+                    .collect();
+                panic!(
+                    "every node to know the new one: not after {READY:?}\n{}",
+                    tables.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         self.wait_ok();
         i
     }
@@ -152,20 +162,29 @@ impl RedisClusterNodes {
         self.running().next().expect("a running node")
     }
 
-    /// How many nodes `CLUSTER NODES` on node `i` lists (None: no answer).
-    fn known_nodes(&self, i: usize) -> Option<usize> {
+    /// `CLUSTER NODES` on node `i` (None: no answer).
+    fn cluster_nodes(&self, i: usize) -> Option<String> {
         let r = RedisClient::connect(&self.addrs()[i], Duration::from_millis(500))
             .and_then(|mut c| c.cmd(&[b"CLUSTER", b"NODES"]))
             .ok()?;
         match r {
-            Resp::Bulk(Some(b)) => Some(
-                String::from_utf8_lossy(&b)
-                    .lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .count(),
-            ),
+            Resp::Bulk(Some(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
             _ => None,
         }
+    }
+
+    /// Whether node `i` knows every running node, with no handshake still
+    /// under way (what `redis-cli --cluster rebalance` checks first).
+    fn knows_all(&self, i: usize) -> bool {
+        let Some(table) = self.cluster_nodes(i) else {
+            return false;
+        };
+        let settled = !table.contains("handshake") && !table.contains("noaddr");
+        settled
+            && self.running().all(|n| {
+                let addr = format!(" {}@", self.addrs()[n]);
+                table.lines().any(|l| l.contains(&addr))
+            })
     }
 
     fn wait_for(&self, what: &str, mut ok: impl FnMut() -> bool) {
