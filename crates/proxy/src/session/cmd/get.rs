@@ -412,6 +412,7 @@ impl Session {
             };
             let near_hit = near_hits.next_if(|(k, _)| *k as usize == i);
             let ticket = near_fill.next_if(|(k, _)| *k as usize == i);
+            let from_near_cache = near_hit.is_some();
             let mut found = match (near_hit, results.get(slot.part)) {
                 (Some((_, hit)), _) => Some(Found {
                     flags: hit.flags,
@@ -437,17 +438,22 @@ impl Session {
             // Per-backend hit rates count what the primary had; a value the
             // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
-            if let (Some((_, ticket)), Some(item), Some(Ok(Reply::Redis(frame)))) =
-                (ticket, &found, results.get(slot.part))
-            {
-                if let Some(pttl) = meta_get_pttl(frame) {
-                    let hit = Hit {
-                        flags: item.flags,
-                        cas: item.cas,
-                        data: item.data.clone(),
-                    };
-                    self.near_fill(ticket, key, &hit, pttl);
+            // A get/gets answered by Redis (not by the near cache, nor a
+            // gat, which invalidates anyway): before the reply is written.
+            let answered_by_redis = match results.get(slot.part) {
+                Some(Ok(Reply::Redis(frame))) if !from_near_cache && r.touch.is_none() => {
+                    Some(frame)
                 }
+                _ => None,
+            };
+            if let (Some(frame), Some(_)) = (answered_by_redis, crate::near_cache::get()) {
+                let item = found.as_ref().map(|f| Hit {
+                    flags: f.flags,
+                    cas: f.cas,
+                    data: f.data.clone(),
+                });
+                let pttl = ticket.as_ref().and_then(|_| meta_get_pttl(frame));
+                self.near_answered(ticket.map(|(_, t)| t), key, item.as_ref(), pttl);
             }
             if primary_hit {
                 metrics.get_hit(slot.side);
