@@ -45,7 +45,7 @@ fn key(i: usize) -> String {
 }
 
 fn has_ttl(i: usize) -> bool {
-    i % 10 == 0
+    i.is_multiple_of(10)
 }
 
 /// A value: `<key index>:<version>:` padded to 100 bytes.
@@ -249,7 +249,7 @@ fn read_loop(addr: &str, log: Log, stop: Arc<AtomicBool>, seed: u64) -> ReaderRe
     let mut report = ReaderReport::default();
     let mut seen = HashMap::new();
     while !stop.load(Ordering::Relaxed) {
-        let n = if rng.next() % 4 == 0 { 3 } else { 1 };
+        let n = if rng.next().is_multiple_of(4) { 3 } else { 1 };
         let keys: Vec<usize> = (0..n).map(|_| zipf.sample(&mut rng)).collect();
         let names: Vec<String> = keys.iter().map(|&i| key(i)).collect();
         let started = Instant::now();
