@@ -26,7 +26,7 @@
 //! * **Monotonic reads across threads** (this file). Stores are per
 //!   thread, so a read that misses on one thread can fetch a newer value
 //!   than another thread still holds, before the invalidation arrives. So
-//!   every get/gets answer read from Redis leaves a fingerprint of the item
+//!   every get/gets/mg answer read from Redis leaves a fingerprint of the item
 //!   (or of its absence) in a per-key-hash slot; when it differs from the
 //!   last one there, the key's epoch bucket is bumped before the reply is
 //!   written, dropping any older copy on every thread. A read that returns

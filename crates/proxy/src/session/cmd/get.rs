@@ -564,7 +564,7 @@ impl Session {
 
 /// The stored item a Redis reply holds for one key: a GET/GETEX reply
 /// (`OWN_REPLY`) or element `index` of an MGET reply.
-fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
+pub(super) fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
     let value = match (frame, index) {
         (Frame::Bulk(v), OWN_REPLY) => v,
         // The meta_get script (a near-cache fill): `{value, pttl}`.
