@@ -289,7 +289,7 @@ impl Session {
                 },
                 Backend::Redis if group == FILL_GROUP => Slot {
                     side,
-                    part: fill_part[index as usize],
+                    part: fill_part.get(index as usize).copied().unwrap_or(u32::MAX),
                     index: OWN_REPLY,
                 },
                 Backend::Redis => Slot {
