@@ -14,6 +14,11 @@
 # the largest idle-connection count the fd limit allows with a 50-connection
 # load running.
 #
+# Near cache (its own block): zipf 0.99 over the same 100,000 keys, 90/10,
+# 100 B, 50 connections, no pipelining: memcached direct vs memshift vs a
+# second memshift over the same shards with `[near_cache] enabled = true`;
+# its hit ratio and bytes held come from its `stats` lines.
+#
 # Rounds: 3 (1 with --quick), medians. --quick takes under 3 minutes once
 # the release binaries are built. --profile adds a `perf record -g` of
 # memshift under the no-pipelining load (report in the output directory).
@@ -214,6 +219,30 @@ mm, rm = get("memshift", "mget100", lambda r: r["latency_us"]["p50"]), get("redi
 if mm and rm and cmds is not None:
     goal("100-key multi-get <= 3 Redis round trips and <= 1.5x a single-shard MGET", cmds <= 3 and mm / rm <= 1.5,
          f"{cmds:.2f} commands per get; p50 {mm:.1f} us vs {rm:.1f} us = {mm / rm:.2f}x")
+zrows = [r for r in rows if r["scenario"] == "zipf-nc"]
+if zrows:
+    names["memshiftnc"] = "memshift + near cache -> 3 Redis shards"
+    out.append("\nNear cache: zipf 0.99 over 100,000 keys, 90% get / 10% set, 100 B, 50 connections, no pipelining:\n")
+    out.append("| system | ops/s | p50 us | p99 us | errors |")
+    out.append("|---|---:|---:|---:|---:|")
+    for s in ["memcached", "memshift", "memshiftnc"]:
+        out.append(f"| {names[s]} | {fmt(get(s, 'zipf-nc'))} | {fmt(get(s, 'zipf-nc', lambda r: r['latency_us']['p50']), 1)} "
+                   f"| {fmt(get(s, 'zipf-nc', p99), 1)} | {fmt(get(s, 'zipf-nc', lambda r: r['errors']['total']))} |")
+    # The stats are cumulative over the rounds: the last line has them all.
+    st = [r["report"] for r in rows if r["scenario"] == "zipf-nc-stats"]
+    if st:
+        st = st[-1]
+        h, m = st.get("near_cache_hits", 0), st.get("near_cache_misses", 0)
+        out.append(f"\nNear-cache hit ratio {h / max(h + m, 1):.1%} ({h:,} hits, {m:,} misses); "
+                   f"held {st.get('near_cache_bytes', 0):,} bytes in {st.get('near_cache_entries', 0):,} entries "
+                   f"at the end; {st.get('near_cache_evictions', 0):,} evictions, "
+                   f"{st.get('near_cache_invalidations', 0):,} key invalidations.\n")
+    nc, mcz = get("memshiftnc", "zipf-nc"), get("memcached", "zipf-nc")
+    n50, c50 = (get(s, "zipf-nc", lambda r: r["latency_us"]["p50"]) for s in ("memshiftnc", "memcached"))
+    if nc and mcz:
+        goal("near cache, zipf 0.99, no pipelining: memshift >= 1.0x memcached direct, p50 <= memcached's",
+             nc / mcz >= 1.0 and n50 <= c50,
+             f"{nc / mcz:.2f}x; p50 {n50:.1f} us vs {c50:.1f} us")
 print("\n".join(out))
 PY
 }
@@ -607,6 +636,46 @@ if [ "$PROFILE" -eq 1 ] && command -v perf >/dev/null 2>&1; then
         | grep -v '^#' | grep -v '^$' | head -20 >"$OUT/perf-memshift-dso.txt" || true
     log "profile: $OUT/perf-memshift.txt"
 fi
+
+# --- near cache -------------------------------------------------------------------
+# A second memshift over the same (prefilled) shards with the near cache on;
+# zipf 0.99 keys, no pipelining, against memcached and the plain memshift.
+MSNC_PORT=$(free_port)
+sed -e "s/^listen = \"127.0.0.1:$MS_PORT\"/listen = \"127.0.0.1:$MSNC_PORT\"/" "$WORK/memshift.toml" >"$WORK/memshift-nc.toml"
+printf '\n[near_cache]\nenabled = true\n' >>"$WORK/memshift-nc.toml"
+cp "$WORK/memshift-nc.toml" "$OUT/memshift-nc.toml"
+start memshiftnc "$MSNC_PORT" "$MEMSHIFT" --config "$WORK/memshift-nc.toml"
+ADDR[memshiftnc]=127.0.0.1:$MSNC_PORT
+PROTO[memshiftnc]=memcache
+# shellcheck disable=SC2154 # PID_* are set by start() through eval
+SUT_PIDS_memshiftnc="$PID_memshiftnc $PID_shard0 $PID_shard1 $PID_shard2"
+# near_cache_stats ROUND: the near cache's `stats` lines as one JSON line.
+near_cache_stats() {
+    python3 - "$MSNC_PORT" "$1" <<'PY' >>"$RESULTS"
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+stats = {}
+for line in buf.decode().splitlines():
+    parts = line.split(" ")
+    if len(parts) == 3 and parts[1].startswith("near_cache_"):
+        stats[parts[1]] = int(parts[2])
+print(json.dumps({"system": "memshiftnc", "scenario": "zipf-nc-stats", "round": int(sys.argv[2]), "report": stats}))
+PY
+}
+zipf_shape=(--conns "$CONNS" --ratio "$RATIO" --keys "$KEYS" --value-size "$VALUE" --duration "$DUR" --dist zipf:0.99 --pipeline 1)
+for round in $(seq 1 "$ROUNDS"); do
+    wait_quiet
+    log "round $round/$ROUNDS: near cache, zipf 0.99, $CONNS conns, no pipelining (load average $(cut -d' ' -f1 /proc/loadavg))"
+    for sys in memcached memshift memshiftnc; do run "$sys" zipf-nc "$round" "${zipf_shape[@]}"; done
+    near_cache_stats "$round"
+done
 
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
 echo "measurement time: ${SECONDS}s (build excluded)" >>"$OUT/machine.txt"

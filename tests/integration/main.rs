@@ -15,6 +15,7 @@ mod meta_capable;
 mod meta_stampede;
 mod migration;
 mod near_cache;
+mod near_cache_zipf;
 mod observability;
 mod ops;
 mod oversize_refusal;

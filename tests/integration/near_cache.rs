@@ -9,7 +9,15 @@
 //!   returns the new value (no polling);
 //! - `CLIENT KILL` of B's invalidation connections, then a raw write while
 //!   they are down: B never serves the cached value afterwards, and caches
-//!   again once they are back.
+//!   again once they are back;
+//! - a shard restart (its data lost) drops that shard's entries;
+//! - with `tracking-table-max-keys 10` on the shards, raw writes of 100
+//!   cached keys are all seen;
+//! - multi-key get/gets are answered per key from the cache, in request
+//!   order, with the same invalidation; gat/gats/touch invalidate; `stats`
+//!   has `near_cache_*` lines only with the near cache on.
+//!
+//! The two-proxy zipf soak is `near_cache_zipf.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -26,19 +34,29 @@ const POLL: Duration = Duration::from_millis(1);
 const ROUNDS: usize = 40;
 const HITS: &str = "memshift_near_cache_hits_total";
 
-struct Pair {
-    a: Memshift,
-    b: Memshift,
-    b_admin: u16,
-    shards: Vec<RedisServer>,
+pub(crate) struct Pair {
+    pub(crate) a: Memshift,
+    pub(crate) b: Memshift,
+    pub(crate) b_admin: u16,
+    pub(crate) shards: Vec<RedisServer>,
 }
 
 fn start() -> Pair {
-    let shards: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
+    start_pair(2, 2)
+}
+
+/// A and B over `shards` fresh shards, near cache on in both (entries live
+/// up to a minute; a key is admitted on its `admit_reads`-th read).
+pub(crate) fn start_pair(shards: usize, admit_reads: u32) -> Pair {
+    let shards: Vec<RedisServer> = (0..shards).map(|_| RedisServer::start()).collect();
     let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
     let opts = ClusterOptions {
-        shards: 2,
-        extra_tables: "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 2\n".into(),
+        shards: shards.len(),
+        extra_tables: format!(
+            "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = {admit_reads}\n"
+        ),
+        // Generous: a slow reply on a loaded box must not fail a read.
+        timeout_ms: 2000,
         ..ClusterOptions::default()
     };
     let (a, _, _) =
@@ -58,19 +76,23 @@ fn start() -> Pair {
 impl Pair {
     /// Both proxies' invalidation connections are up on every shard
     /// (RESP3 clients in `CLIENT LIST`).
-    fn wait_tracking(&self) {
+    pub(crate) fn wait_tracking(&self) {
         for s in &self.shards {
-            wait_until(DELIVERY, POLL * 10, "two tracking connections", || {
+            wait_until(DELIVERY * 4, POLL * 10, "two tracking connections", || {
                 (tracking_ids(s).len() == 2).then_some(())
             });
         }
     }
 
-    fn shard_of(&self, key: &str) -> &RedisServer {
+    pub(crate) fn shard_of(&self, key: &str) -> &RedisServer {
+        &self.shards[self.shard_index(key)]
+    }
+
+    pub(crate) fn shard_index(&self, key: &str) -> usize {
         wait_until(DELIVERY, POLL, "the key in Redis", || {
             self.shards
                 .iter()
-                .find(|s| s.cmd(&[b"EXISTS", key.as_bytes()]).as_int() == Some(1))
+                .position(|s| s.cmd(&[b"EXISTS", key.as_bytes()]).as_int() == Some(1))
         })
     }
 
@@ -250,4 +272,225 @@ fn near_cache_drops_a_shard_when_its_invalidation_connection_dies() {
             "memshift_near_cache_invalidations_total{kind=\"all\"}"
         ) >= 5.0
     );
+}
+
+/// `get`/`gets` of several keys through `c`: the whole reply, escaped.
+fn multi(c: &mut McClient, cmd: &str, keys: &[&str]) -> String {
+    c.send(format!("{cmd} {}\r\n", keys.join(" ")).as_bytes())
+        .expect("send multi-get");
+    let units = c.read_reply().expect("multi-get reply");
+    let raw: Vec<u8> = units.iter().flat_map(|u| u.raw()).collect();
+    escape(&raw, 4000)
+}
+
+/// The reply memcached gives to `get` of `keys`, with `value(key)` for hits.
+fn expected(keys: &[&str], value: impl Fn(&str) -> Option<String>) -> String {
+    let mut want = String::new();
+    for k in keys {
+        if let Some(v) = value(k) {
+            want.push_str(&format!("VALUE {k} 0 {}\r\n{v}\r\n", v.len()));
+        }
+    }
+    want.push_str("END\r\n");
+    escape(want.as_bytes(), 4000)
+}
+
+#[test]
+fn near_cache_multi_get_answers_each_key_in_request_order() {
+    if !require_tools("near_cache_multi_get", &["redis-server"]) {
+        return;
+    }
+    let pair = start();
+    let (mut a, mut b) = (pair.a.client(), pair.b.client());
+    let names: Vec<String> = (0..10).map(|i| format!("nc:m:{i}")).collect();
+    for (i, k) in names.iter().enumerate() {
+        a.set(k, format!("a-{i}").as_bytes())
+            .expect("set through A");
+    }
+    // Misses in between, a key twice: order and duplicates as memcached.
+    let mut keys: Vec<&str> = names.iter().map(String::as_str).collect();
+    keys.insert(3, "nc:m:absent");
+    keys.push("nc:m:0");
+    let current = |gen: &dyn Fn(usize) -> String| {
+        let gen = |k: &str| -> Option<String> {
+            let i: usize = k.strip_prefix("nc:m:")?.parse().ok()?;
+            Some(gen(i))
+        };
+        expected(&keys, gen)
+    };
+    let old = current(&|i| format!("a-{i}"));
+    // Until a whole multi-get is answered from the cache.
+    wait_until(
+        DELIVERY,
+        POLL,
+        "a multi-get served from the near cache",
+        || {
+            let before = metric(pair.b_admin, HITS);
+            assert_eq!(multi(&mut b, "get", &keys), old);
+            (metric(pair.b_admin, HITS) >= before + 10.0).then_some(())
+        },
+    );
+
+    // Writes through A and in Redis are seen in the multi-get.
+    a.set("nc:m:3", b"A-3").expect("set through A");
+    let item = encode_item(0, b"R-7");
+    pair.shard_of("nc:m:7").cmd(&[b"SET", b"nc:m:7", &item]);
+    let new = current(&|i| match i {
+        3 => "A-3".into(),
+        7 => "R-7".into(),
+        _ => format!("a-{i}"),
+    });
+    poll_until(DELIVERY, POLL, || {
+        (multi(&mut b, "get", &keys) == new).then_some(())
+    })
+    .unwrap_or_else(|| panic!("B still answers {}", multi(&mut b, "get", &keys)));
+    for _ in 0..20 {
+        assert_eq!(multi(&mut b, "get", &keys), new);
+    }
+
+    // gets: current CAS uniques, the same as a single-key gets shows.
+    let gets = multi(&mut b, "gets", &["nc:m:1", "nc:m:2"]);
+    for k in ["nc:m:1", "nc:m:2"] {
+        let one = multi(&mut b, "gets", &[k]);
+        let header = one.split("\\r\\n").next().expect("VALUE line");
+        assert!(gets.contains(header), "{gets} lacks {header}");
+    }
+
+    // Read-your-writes in one pipelined packet: the write, then a multi-get.
+    b.send(b"set nc:m:5 0 0 3\r\nB-5\r\nget nc:m:4 nc:m:5 nc:m:6\r\n")
+        .expect("pipelined set + get");
+    let mut reply: Vec<u8> = Vec::new();
+    for _ in 0..2 {
+        reply.extend(b.read_reply().expect("reply").iter().flat_map(|u| u.raw()));
+    }
+    assert_eq!(
+        escape(&reply, 400),
+        escape(
+            b"STORED\r\nVALUE nc:m:4 0 3\r\na-4\r\nVALUE nc:m:5 0 3\r\nB-5\r\nVALUE nc:m:6 0 3\r\na-6\r\nEND\r\n",
+            400
+        )
+    );
+
+    // gat / gats / touch that expire the item: never served from the cache.
+    for (i, cmd) in [
+        (1, "gat -1 nc:m:1\r\n"),
+        (2, "gats -1 nc:m:2\r\n"),
+        (8, "touch nc:m:8 -1\r\n"),
+    ] {
+        let k = format!("nc:m:{i}");
+        wait_until(DELIVERY, POLL, "cached in B", || {
+            let before = metric(pair.b_admin, HITS);
+            multi(&mut b, "get", &[&k, "nc:m:9"]);
+            (metric(pair.b_admin, HITS) >= before + 2.0).then_some(())
+        });
+        b.send(cmd.as_bytes()).expect("send gat/touch");
+        b.read_reply().expect("gat/touch reply");
+        assert_eq!(
+            multi(&mut b, "get", &[&k, "nc:m:9"]),
+            expected(&[&k, "nc:m:9"], |x| (x == "nc:m:9").then(|| "a-9".into())),
+            "{cmd:?}"
+        );
+    }
+
+    // `stats`: near_cache_* lines with the near cache on, none without.
+    let stats = b.request_str(b"stats\r\n").expect("stats");
+    for line in [
+        "near_cache_hits",
+        "near_cache_misses",
+        "near_cache_bytes",
+        "near_cache_entries",
+    ] {
+        assert!(
+            stats.contains(&format!("STAT {line} ")),
+            "{line} in:\n{stats}"
+        );
+    }
+    let hits: f64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT near_cache_hits "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("near_cache_hits value");
+    assert!(hits > 0.0 && hits <= metric(pair.b_admin, HITS));
+    let plain = memshift_tests::Cluster::start_with(ClusterOptions {
+        shards: 1,
+        ..ClusterOptions::default()
+    });
+    let stats = plain.client().request_str(b"stats\r\n").expect("stats");
+    assert!(!stats.contains("near_cache"), "{stats}");
+}
+
+#[test]
+fn near_cache_drops_a_restarted_shards_entries() {
+    if !require_tools("near_cache_shard_restart", &["redis-server"]) {
+        return;
+    }
+    let mut pair = start();
+    let (mut a, mut b) = (pair.a.client(), pair.b.client());
+    for round in 0..3 {
+        let key = format!("nc:restart:{round}");
+        a.set(&key, b"cached").expect("set through A");
+        pair.cache_in_b(&mut b, &key, b"cached");
+        let shard = pair.shard_index(&key);
+        // Data lost with the restart: the key is gone from Redis.
+        pair.shards[shard].restart();
+        let deadline = Instant::now() + DELIVERY * 4;
+        // Until B answers again (errors while it reconnects): a miss, never
+        // the cached item.
+        loop {
+            match b.get(&key) {
+                Ok(got) => {
+                    assert_eq!(got, None, "{key}: cached item served after the restart");
+                    break;
+                }
+                Err(_) if Instant::now() < deadline => {
+                    b = pair.b.client();
+                    std::thread::sleep(POLL * 10);
+                }
+                Err(e) => panic!("B does not answer after the restart: {e}"),
+            }
+        }
+        for _ in 0..50 {
+            assert_eq!(b.get(&key).expect("get").as_deref(), None);
+        }
+        // Tracking again: B caches that shard's keys again.
+        pair.wait_tracking();
+        a.set(&key, b"after").expect("set through A");
+        pair.cache_in_b(&mut b, &key, b"after");
+        assert_eq!(b.get(&key).expect("get").as_deref(), Some(&b"after"[..]));
+    }
+}
+
+#[test]
+fn near_cache_tracking_table_overflow_serves_nothing_stale() {
+    if !require_tools("near_cache_tracking_overflow", &["redis-server"]) {
+        return;
+    }
+    let pair = start();
+    for s in &pair.shards {
+        assert_eq!(
+            s.cmd(&[b"CONFIG", b"SET", b"tracking-table-max-keys", b"10"]),
+            Resp::Simple("OK".into())
+        );
+    }
+    let (mut a, mut b) = (pair.a.client(), pair.b.client());
+    let keys: Vec<String> = (0..100).map(|i| format!("nc:of:{i}")).collect();
+    for k in &keys {
+        a.set(k, b"cached").expect("set through A");
+        pair.cache_in_b(&mut b, k, b"cached");
+    }
+    let mut delays = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let value = format!("raw-{i}");
+        let item = encode_item(0, value.as_bytes());
+        pair.shard_of(k).cmd(&[b"SET", k.as_bytes(), &item]);
+        delays.push(seen_by(&mut b, k, Some(value.as_bytes())));
+    }
+    // And none of them ever reads old again.
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            b.get(k).expect("get").as_deref(),
+            Some(format!("raw-{i}").as_bytes())
+        );
+    }
+    report("raw SET with tracking-table-max-keys 10", delays);
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use memshift_tests::ops_support::{metric, wait_until};
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, McClient, Memcached, Unit};
 
@@ -138,6 +139,9 @@ pub(super) fn start_sides_on(
             ..ClusterOptions::default()
         })))
     };
+    if let (true, Target::Memshift(c)) = (near_cache, &target) {
+        wait_tracking(&c.shards);
+    }
     Some((reference, target, None))
 }
 
@@ -272,6 +276,83 @@ pub(super) struct Mismatch {
     pub(super) t_units: Vec<Unit>,
 }
 
+/// Until memshift's invalidation connection is up on every shard (a RESP3
+/// client): before that, nothing is cached.
+fn wait_tracking(shards: &[memshift_tests::RedisServer]) {
+    for s in shards {
+        wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(10),
+            "tracking connection",
+            || {
+                let memshift_tests::Resp::Bulk(Some(list)) = s.cmd(&[b"CLIENT", b"LIST"]) else {
+                    return None;
+                };
+                String::from_utf8_lossy(&list)
+                    .contains(" resp=3")
+                    .then_some(())
+            },
+        );
+    }
+}
+
+/// Near-cache mode: the script in segments, each `get`/`gets` line sent
+/// twice more (to both sides), each in a segment of its own, so the repeats
+/// are read after the first read's reply and can be near-cache hits (the
+/// first fill is usually dropped again by the invalidation of the write
+/// just before it, which Redis pushes back to this proxy too). Identical
+/// reads in a row answer the same on memcached; the line after a storage
+/// command is its data and is left alone.
+fn read_twice(script: &[u8]) -> Vec<Vec<u8>> {
+    let mut segments = Vec::new();
+    const STORAGE: [&[u8]; 7] = [
+        b"set ",
+        b"add ",
+        b"replace ",
+        b"append ",
+        b"prepend ",
+        b"cas ",
+        b"ms ",
+    ];
+    let mut out = Vec::with_capacity(script.len() * 2);
+    let mut data_next = false;
+    let mut rest = script;
+    while !rest.is_empty() {
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map_or(rest.len(), |p| p + 2);
+        let (line, tail) = rest.split_at(end);
+        out.extend_from_slice(line);
+        let complete = line.ends_with(b"\r\n");
+        if !data_next && complete && (line.starts_with(b"get ") || line.starts_with(b"gets ")) {
+            segments.push(std::mem::take(&mut out));
+            segments.push(line.to_vec());
+            out.extend_from_slice(line);
+        }
+        data_next = !data_next && STORAGE.iter().any(|c| line.starts_with(c));
+        rest = tail;
+    }
+    segments.push(out);
+    segments
+}
+
+/// With the near cache on, it must have answered reads: a run it never
+/// served proves nothing about it.
+pub(super) fn assert_near_cache_served(target: &Target) {
+    if let Target::Memshift(c) = target {
+        if c.admin_port != 0 {
+            let hits = metric(c.admin_port, "memshift_near_cache_hits_total");
+            let text = memshift_tests::ops_support::metrics_text(c.admin_port);
+            let near: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("memshift_near_cache"))
+                .collect();
+            assert!(hits > 0.0, "the near cache answered no read: {near:?}");
+        }
+    }
+}
+
 /// Runs `script` on one connection of fresh servers, comparing replies.
 pub(super) fn run_script<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)]) {
     run_script_on(test, script, false, near_cache_from_env())
@@ -297,12 +378,18 @@ pub(crate) fn run_script_on<B: AsRef<[u8]>>(
     let mut cas = CasMap::default();
     let mut diffs = Vec::new();
     for (name, bytes) in script {
-        let script = bytes.as_ref();
-        let mut req = script.to_vec();
-        req.extend_from_slice(b"version\r\n");
-        match exchange(&mut r, &mut t, &mut cas, &req, &req, false) {
-            Ok(_) => {}
-            Err(m) => {
+        let segments = if near_cache {
+            read_twice(bytes.as_ref())
+        } else {
+            vec![bytes.as_ref().to_vec()]
+        };
+        for script in &segments {
+            let mut req = script.to_vec();
+            req.extend_from_slice(b"version\r\n");
+            let Err(m) = exchange(&mut r, &mut t, &mut cas, &req, &req, false) else {
+                continue;
+            };
+            {
                 assert!(
                     !m.reference_failed,
                     "script {name:?}: the reference memcached did not answer: {}",
@@ -320,6 +407,7 @@ pub(crate) fn run_script_on<B: AsRef<[u8]>>(
                 r.reconnect();
                 t.reconnect();
             }
+            break;
         }
     }
     assert!(
@@ -329,4 +417,7 @@ pub(crate) fn run_script_on<B: AsRef<[u8]>>(
         script.len(),
         diffs.join("\n")
     );
+    if near_cache {
+        assert_near_cache_served(&target);
+    }
 }

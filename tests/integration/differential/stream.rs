@@ -10,7 +10,9 @@ use memshift_tests::{escape, Memcached, Unit};
 use super::cmd::Cmd;
 use super::generator::{splitmix, Gen};
 use super::normalise::{normalize, CasMap, Norm};
-use super::runner::{exchange, render_units, start_sides, Side, Target};
+use super::runner::{
+    assert_near_cache_served, exchange, render_units, start_sides, start_sides_with, Side, Target,
+};
 
 /// The fixed seed every run starts with ("memshift").
 const FIXED_SEED: u64 = 0x6d65_6d73_6869_6674;
@@ -247,6 +249,21 @@ fn differential_stream() {
     let Some((reference, target)) = start_sides("differential_stream") else {
         return;
     };
+    run_stream(&reference, &target);
+}
+
+/// The generated stream against memshift with the near cache on, every
+/// read admitted (`DIFF_NEAR_CACHE=1` does the same for `differential_stream`).
+#[test]
+fn differential_stream_near_cache() {
+    let Some((reference, target)) = start_sides_with("differential_stream_near_cache", true) else {
+        return;
+    };
+    run_stream(&reference, &target);
+    assert_near_cache_served(&target);
+}
+
+fn run_stream(reference: &Memcached, target: &Target) {
     let seeds = seeds();
     eprintln!(
         "differential: target {}, seeds {} (replay one with DIFF_SEED=<seed>)",
@@ -259,7 +276,7 @@ fn differential_stream() {
     );
     let mut failures = Vec::new();
     for seed in seeds {
-        let outcome = run_seed(seed, &reference, &target);
+        let outcome = run_seed(seed, reference, target);
         eprintln!(
             "differential: seed {seed:#x}: {} commands in {} batches, {} difference(s)",
             outcome.commands,

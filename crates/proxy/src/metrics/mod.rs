@@ -93,7 +93,7 @@ impl Metrics {
             .expect("DURATION_BUCKETS is not empty")
             .build_recorder();
         let r = &recorder;
-        for (name, kind, help) in FAMILIES.into_iter().chain(near_cache::NEAR_CACHE_FAMILIES) {
+        for (name, kind, help) in FAMILIES {
             let (name, help) = (KeyName::from(name), SharedString::from(help));
             match kind {
                 "gauge" => r.describe_gauge(name, None, help),
@@ -138,7 +138,7 @@ impl Metrics {
             rollbacks: counter(r, ROLLBACKS, &[]),
             tls: TlsResult::ALL.map(|t| counter(r, TLS_HANDSHAKES, &[("result", t.as_str())])),
             config_reloads: ["ok", "error"].map(|x| counter(r, CONFIG_RELOADS, &[("result", x)])),
-            near_cache: near_cache::NearCacheMetrics::register(r),
+            near_cache: near_cache::NearCacheMetrics::default(),
             recorder: Arc::new(recorder),
         };
         gauge(
@@ -168,6 +168,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut text = self.recorder.handle().render();
         self.durations.render(&mut text);
+        self.near_cache.render(&mut text);
         text
     }
 

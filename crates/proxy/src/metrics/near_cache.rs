@@ -1,9 +1,14 @@
 //! `memshift_near_cache_*`: the near cache's counters and size.
+//!
+//! Plain atomics, rendered into `/metrics` here and read by the `stats`
+//! lines (`near_cache_*`): one tally per event serves both, and the size
+//! gauges move by an integer add instead of the recorder's float CAS loop.
 
-use metrics::{Counter, Gauge};
-use metrics_exporter_prometheus::PrometheusRecorder;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use super::registry::{counter, gauge};
+use bytes::BytesMut;
+use memshift_protocol::memcache::reply;
 
 pub const NEAR_CACHE_HITS: &str = "memshift_near_cache_hits_total";
 pub const NEAR_CACHE_MISSES: &str = "memshift_near_cache_misses_total";
@@ -49,60 +54,126 @@ pub const NEAR_CACHE_FAMILIES: [(&str, &str, &str); 7] = [
     (NEAR_CACHE_ENTRIES, "gauge", "Items held by the near cache."),
 ];
 
-#[derive(Debug)]
+/// The near cache's tallies (all 0 while it is off).
+#[derive(Debug, Default)]
 pub struct NearCacheMetrics {
-    hits: Counter,
-    misses: Counter,
-    admissions: Counter,
-    evictions: Counter,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    admissions: AtomicU64,
+    evictions: AtomicU64,
     /// `[key, all]`
-    invalidations: [Counter; 2],
-    bytes: Gauge,
-    entries: Gauge,
+    invalidations: [AtomicU64; 2],
+    bytes: AtomicI64,
+    entries: AtomicI64,
+}
+
+/// A snapshot, for `stats` and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NearCacheCounts {
+    pub hits: u64,
+    pub misses: u64,
+    pub admissions: u64,
+    pub evictions: u64,
+    pub key_invalidations: u64,
+    pub shard_drops: u64,
+    pub bytes: u64,
+    pub entries: u64,
+}
+
+fn add(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 impl NearCacheMetrics {
-    pub(super) fn register(r: &PrometheusRecorder) -> NearCacheMetrics {
-        NearCacheMetrics {
-            hits: counter(r, NEAR_CACHE_HITS, &[]),
-            misses: counter(r, NEAR_CACHE_MISSES, &[]),
-            admissions: counter(r, NEAR_CACHE_ADMISSIONS, &[]),
-            evictions: counter(r, NEAR_CACHE_EVICTIONS, &[]),
-            invalidations: ["key", "all"]
-                .map(|k| counter(r, NEAR_CACHE_INVALIDATIONS, &[("kind", k)])),
-            bytes: gauge(r, NEAR_CACHE_BYTES, &[]),
-            entries: gauge(r, NEAR_CACHE_ENTRIES, &[]),
-        }
-    }
-
     #[inline]
     pub fn hit(&self) {
-        self.hits.increment(1);
+        add(&self.hits);
     }
 
     #[inline]
     pub fn miss(&self) {
-        self.misses.increment(1);
+        add(&self.misses);
     }
 
     pub fn admission(&self) {
-        self.admissions.increment(1);
+        add(&self.admissions);
     }
 
     pub fn eviction(&self) {
-        self.evictions.increment(1);
+        add(&self.evictions);
     }
 
     /// One key invalidated, or (`all`) a whole shard dropped.
     pub fn invalidation(&self, all: bool) {
-        self.invalidations[usize::from(all)].increment(1);
+        add(&self.invalidations[usize::from(all)]);
     }
 
     /// A store's size moved from `before` to `after` (bytes, entries).
     pub fn resized(&self, before: (usize, usize), after: (usize, usize)) {
         if before != after {
-            self.bytes.increment(after.0 as f64 - before.0 as f64);
-            self.entries.increment(after.1 as f64 - before.1 as f64);
+            let delta = |a: usize, b: usize| a as i64 - b as i64;
+            self.bytes
+                .fetch_add(delta(after.0, before.0), Ordering::Relaxed);
+            self.entries
+                .fetch_add(delta(after.1, before.1), Ordering::Relaxed);
         }
+    }
+
+    pub fn counts(&self) -> NearCacheCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        // Stores on different threads move the sums in separate steps: never
+        // below 0 in total, but clamp rather than trust that.
+        let size = |c: &AtomicI64| u64::try_from(c.load(Ordering::Relaxed)).unwrap_or(0);
+        NearCacheCounts {
+            hits: get(&self.hits),
+            misses: get(&self.misses),
+            admissions: get(&self.admissions),
+            evictions: get(&self.evictions),
+            key_invalidations: get(&self.invalidations[0]),
+            shard_drops: get(&self.invalidations[1]),
+            bytes: size(&self.bytes),
+            entries: size(&self.entries),
+        }
+    }
+
+    /// Append the families in Prometheus text format.
+    pub(super) fn render(&self, out: &mut String) {
+        let c = self.counts();
+        let values: [(&str, &[(&str, u64)]); 7] = [
+            (NEAR_CACHE_HITS, &[("", c.hits)]),
+            (NEAR_CACHE_MISSES, &[("", c.misses)]),
+            (NEAR_CACHE_ADMISSIONS, &[("", c.admissions)]),
+            (NEAR_CACHE_EVICTIONS, &[("", c.evictions)]),
+            (
+                NEAR_CACHE_INVALIDATIONS,
+                &[
+                    ("{kind=\"key\"}", c.key_invalidations),
+                    ("{kind=\"all\"}", c.shard_drops),
+                ],
+            ),
+            (NEAR_CACHE_BYTES, &[("", c.bytes)]),
+            (NEAR_CACHE_ENTRIES, &[("", c.entries)]),
+        ];
+        for ((name, kind, help), (_, series)) in NEAR_CACHE_FAMILIES.iter().zip(values) {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, v) in series {
+                let _ = writeln!(out, "{name}{labels} {v}");
+            }
+        }
+    }
+
+    /// The `stats` lines (only while the near cache is on, so that `stats`
+    /// of a proxy without it keeps memcached's exact set of lines).
+    pub fn render_stats(&self, out: &mut BytesMut) {
+        let c = self.counts();
+        reply::stat(out, "near_cache_hits", c.hits);
+        reply::stat(out, "near_cache_misses", c.misses);
+        reply::stat(out, "near_cache_admissions", c.admissions);
+        reply::stat(out, "near_cache_evictions", c.evictions);
+        reply::stat(out, "near_cache_invalidations", c.key_invalidations);
+        reply::stat(out, "near_cache_shard_drops", c.shard_drops);
+        reply::stat(out, "near_cache_bytes", c.bytes);
+        reply::stat(out, "near_cache_entries", c.entries);
     }
 }

@@ -411,3 +411,38 @@ fn every_family_has_help() {
         );
     }
 }
+
+#[test]
+fn near_cache_families_render_from_their_tallies() {
+    let m = Metrics::new();
+    let text = m.render();
+    let t = types(&text);
+    for (family, kind, _) in near_cache::NEAR_CACHE_FAMILIES {
+        assert_eq!(t.get(family).map(String::as_str), Some(kind), "{family}");
+        assert!(text.contains(&format!("# HELP {family} ")), "{family}");
+    }
+    let nc = &m.near_cache;
+    nc.hit();
+    nc.hit();
+    nc.miss();
+    nc.admission();
+    nc.invalidation(false);
+    nc.invalidation(true);
+    nc.resized((0, 0), (300, 2));
+    nc.resized((300, 2), (100, 1));
+    let text = m.render();
+    assert_eq!(value(&text, near_cache::NEAR_CACHE_HITS), 2.0);
+    assert_eq!(value(&text, near_cache::NEAR_CACHE_MISSES), 1.0);
+    assert_eq!(value(&text, near_cache::NEAR_CACHE_ADMISSIONS), 1.0);
+    assert_eq!(value(&text, near_cache::NEAR_CACHE_EVICTIONS), 0.0);
+    let inv = near_cache::NEAR_CACHE_INVALIDATIONS;
+    assert_eq!(value(&text, &format!("{inv}{{kind=\"key\"}}")), 1.0);
+    assert_eq!(value(&text, &format!("{inv}{{kind=\"all\"}}")), 1.0);
+    assert_eq!(value(&text, near_cache::NEAR_CACHE_BYTES), 100.0);
+    assert_eq!(value(&text, near_cache::NEAR_CACHE_ENTRIES), 1.0);
+    let mut stats = bytes::BytesMut::new();
+    nc.render_stats(&mut stats);
+    let stats = String::from_utf8_lossy(&stats);
+    assert!(stats.starts_with("STAT near_cache_hits 2\r\nSTAT near_cache_misses 1\r\n"));
+    assert!(stats.contains("STAT near_cache_bytes 100\r\nSTAT near_cache_entries 1\r\n"));
+}

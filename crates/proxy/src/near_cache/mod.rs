@@ -23,13 +23,23 @@
 //!   were when its read was *sent*; it is served only while both are
 //!   unchanged. A fill whose snapshot has moved is dropped, which closes
 //!   the race of an invalidation arriving while the read is in flight.
+//! * **Monotonic reads across threads** (this file). Stores are per
+//!   thread, so a read that misses on one thread can fetch a newer value
+//!   than another thread still holds, before the invalidation arrives. So
+//!   every get/gets/mg answer read from Redis leaves a fingerprint of the item
+//!   (or of its absence) in a per-key-hash slot; when it differs from the
+//!   last one there, the key's epoch bucket is bumped before the reply is
+//!   written, dropping any older copy on every thread. A read that returns
+//!   the same item as the last one bumps nothing, so threads reading an
+//!   unchanged hot key do not evict each other. A fill takes the bump's
+//!   new epoch only if the bucket had not moved since its read was sent.
 //! * **Store: one per worker thread** ([`store`]): a thread-local map, no
 //!   lock and no cross-thread traffic on the hot path; invalidation never
 //!   touches it (entries are checked against the epochs when read), so it
 //!   needs no channel to every thread. The price: a hot key is cached
 //!   once per thread, and `max_bytes` is split evenly over the threads.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::metrics::Metrics;
@@ -44,10 +54,14 @@ pub use tracking::Tracking;
 /// Epoch buckets: a write to one key invalidates the ~1/65536 of cached
 /// keys that share its bucket, and nothing else.
 const BUCKETS: usize = 1 << 16;
+/// Fingerprint slots of the last item read per key hash (2 MiB): two keys
+/// sharing a slot (and read in turn) keep dropping each other's entries.
+const SEEN_SLOTS: usize = 1 << 18;
 
-/// The process-wide part: the epochs and the metrics.
+/// The process-wide part: the epochs, last-read fingerprints, the metrics.
 pub struct NearCache {
     epochs: Box<[AtomicU32]>,
+    seen: Box<[AtomicU64]>,
     pub metrics: Arc<Metrics>,
     threads: usize,
 }
@@ -58,6 +72,7 @@ static GLOBAL: OnceLock<NearCache> = OnceLock::new();
 pub fn init(metrics: Arc<Metrics>, threads: usize) {
     let _ = GLOBAL.get_or_init(|| NearCache {
         epochs: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+        seen: (0..SEEN_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         metrics,
         threads: threads.max(1),
     });
@@ -67,6 +82,21 @@ pub fn init(metrics: Arc<Metrics>, threads: usize) {
 #[inline]
 pub fn get() -> Option<&'static NearCache> {
     GLOBAL.get()
+}
+
+/// What [`NearCache::observe`] compares: the item (flags, CAS, data) or
+/// its absence, for one key hash. Never 0 (an unused slot).
+pub fn fingerprint(hash: u64, item: Option<(u32, u64, &[u8])>) -> u64 {
+    let fp = match item {
+        Some((flags, cas, data)) => {
+            twox_hash::XxHash3_64::oneshot(data)
+                ^ cas.rotate_left(17)
+                ^ u64::from(flags).rotate_left(41)
+                ^ hash
+        }
+        None => hash ^ 0x9E37_79B9_7F4A_7C15,
+    };
+    fp | 1
 }
 
 /// A key's hash: picks its epoch bucket and its admission slot.
@@ -95,6 +125,34 @@ impl NearCache {
     #[inline]
     pub fn invalidate_hash(&self, hash: u64) {
         self.epochs[Self::bucket(hash)].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A get/gets of the key with `hash`, read from Redis (not from here),
+    /// answered the item with `fingerprint` ([`fingerprint`]); its read was
+    /// sent at epoch `ticket_epoch` if it may fill the cache. Drops every
+    /// older copy of the key on every thread (see the module doc); returns
+    /// the epoch to fill at, or `None` if the read may not fill.
+    pub fn observe(&self, hash: u64, fingerprint: u64, ticket_epoch: Option<u32>) -> Option<u32> {
+        let bucket = &self.epochs[Self::bucket(hash)];
+        let seen = &self.seen[((hash >> 16) as usize) & (SEEN_SLOTS - 1)];
+        if seen.swap(fingerprint, Ordering::AcqRel) == fingerprint {
+            // The last read answered this item too, and bumped when it
+            // changed to it: no copy older than it can still be served.
+            return ticket_epoch.filter(|&e| bucket.load(Ordering::Acquire) == e);
+        }
+        match ticket_epoch {
+            Some(e)
+                if bucket
+                    .compare_exchange(e, e.wrapping_add(1), Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok() =>
+            {
+                Some(e.wrapping_add(1))
+            }
+            _ => {
+                bucket.fetch_add(1, Ordering::AcqRel);
+                None
+            }
+        }
     }
 
     /// `max_bytes` for one worker thread's store.

@@ -119,14 +119,45 @@ pub fn lookup(near: &NearCache, tracking: &Arc<Tracking>, key: &[u8], limits: &L
     })
 }
 
+/// A get/gets of `key` read from Redis (not from here) answered `item`
+/// (with its PTTL in ms, `-1`: no expiry, when the read asked for it): drop
+/// older copies on every thread ([`NearCache::observe`]), then cache the
+/// item if the read has a `ticket` and nothing was invalidated since it
+/// was sent. Call before the answer is written to the client.
+pub fn answered(
+    near: &NearCache,
+    ticket: Option<Ticket>,
+    key: &[u8],
+    item: Option<&Hit>,
+    pttl: Option<i64>,
+    limits: &Limits,
+) {
+    let hash = ticket.as_ref().map_or_else(|| super::hash(key), |t| t.hash);
+    let fp = super::fingerprint(hash, item.map(|h| (h.flags, h.cas, &h.data[..])));
+    let epoch = near.observe(hash, fp, ticket.as_ref().map(|t| t.epoch));
+    if let (Some(ticket), Some(epoch), Some(hit), Some(pttl)) = (ticket, epoch, item, pttl) {
+        fill_at(near, ticket, epoch, key, hit, pttl, limits);
+    }
+}
+
 /// The read of `ticket` answered `hit` with `pttl` ms left (`-1`: no
 /// expiry): cache it unless something was invalidated since it was sent.
 pub fn fill(near: &NearCache, ticket: Ticket, key: &[u8], hit: &Hit, pttl: i64, limits: &Limits) {
-    if ticket.tracking.current() != Some(ticket.generation)
-        || near.epoch(ticket.hash) != ticket.epoch
-        || pttl == 0
-        || pttl < -1
-    {
+    answered(near, Some(ticket), key, Some(hit), Some(pttl), limits);
+}
+
+/// [`fill`], at `epoch` (the ticket's, or the one [`NearCache::observe`]
+/// moved it to).
+fn fill_at(
+    near: &NearCache,
+    ticket: Ticket,
+    epoch: u32,
+    key: &[u8],
+    hit: &Hit,
+    pttl: i64,
+    limits: &Limits,
+) {
+    if ticket.tracking.current() != Some(ticket.generation) || pttl == 0 || pttl < -1 {
         return;
     }
     // Counted from when the read was sent: the item expires no earlier.
@@ -159,7 +190,7 @@ pub fn fill(near: &NearCache, ticket: Ticket, key: &[u8], hit: &Hit, pttl: i64, 
                 expires: ticket.sent + ttl,
                 tracking: ticket.tracking,
                 generation: ticket.generation,
-                epoch: ticket.epoch,
+                epoch,
                 id,
             },
         );

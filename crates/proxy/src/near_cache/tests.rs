@@ -1,16 +1,17 @@
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::store::{fill, lookup, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD};
-use super::{NearCache, Tracking, BUCKETS};
+use super::store::{answered, fill, lookup, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD};
+use super::{NearCache, Tracking, BUCKETS, SEEN_SLOTS};
 use crate::metrics::Metrics;
 
 fn near() -> NearCache {
     NearCache {
         epochs: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+        seen: (0..SEEN_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         metrics: Arc::new(Metrics::new()),
         threads: 1,
     }
@@ -134,4 +135,39 @@ fn bounded_by_max_bytes_oldest_fill_evicted_first() {
     let tk = ticket(&n, &t, b"big", &l);
     fill(&n, tk, b"big", &hit(big), -1, &l);
     assert!(served(&n, &t, b"big", &l).is_none());
+}
+
+/// `answered` for a get/gets of `key` read from Redis on another thread.
+fn read_elsewhere(n: &NearCache, key: &[u8], item: Option<Hit>, l: &Limits) {
+    std::thread::scope(|s| {
+        s.spawn(|| answered(n, None, key, item.as_ref(), None, l));
+    });
+}
+
+#[test]
+fn a_newer_item_read_on_another_thread_drops_this_threads_copy() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let tk = ticket(&n, &t, b"mono", &l);
+    fill(&n, tk, b"mono", &hit(b"v4"), -1, &l);
+    // The same item read elsewhere: this thread's copy stays.
+    read_elsewhere(&n, b"mono", Some(hit(b"v4")), &l);
+    assert!(served(&n, &t, b"mono", &l).is_some());
+    // A newer one: never served the older copy again.
+    read_elsewhere(&n, b"mono", Some(hit(b"v5")), &l);
+    assert!(served(&n, &t, b"mono", &l).is_none());
+    // Nor after the item was found gone elsewhere.
+    let tk = ticket(&n, &t, b"mono", &l);
+    fill(&n, tk, b"mono", &hit(b"v5"), -1, &l);
+    assert_eq!(&served(&n, &t, b"mono", &l).expect("v5").data[..], b"v5");
+    read_elsewhere(&n, b"mono", None, &l);
+    assert!(served(&n, &t, b"mono", &l).is_none());
+    // A read in flight while a newer item was read elsewhere fills nothing.
+    let tk = ticket(&n, &t, b"mono", &l);
+    read_elsewhere(&n, b"mono", Some(hit(b"v6")), &l);
+    fill(&n, tk, b"mono", &hit(b"v5"), -1, &l);
+    assert!(served(&n, &t, b"mono", &l).is_none());
+    // Its own newer item: filled, at the epoch its own read moved to.
+    let tk = ticket(&n, &t, b"mono", &l);
+    fill(&n, tk, b"mono", &hit(b"v7"), -1, &l);
+    assert_eq!(&served(&n, &t, b"mono", &l).expect("v7").data[..], b"v7");
 }

@@ -13,6 +13,8 @@ pub(super) type PartResult = Result<Reply, BackendError>;
 pub(super) const NO_COMMAND: u8 = u8::MAX;
 /// `Slot::index` for a key answered by a reply of its own (GET, GETEX, mg).
 pub(super) const OWN_REPLY: u32 = u32::MAX;
+/// `Slot::part` of a key the near cache answered (no backend part).
+pub(super) const NEAR_HIT: u32 = u32::MAX;
 
 #[derive(Debug)]
 pub(super) struct Pending {
@@ -69,9 +71,12 @@ pub(super) struct Retrieval {
     pub sample_miss_rate: bool,
     /// gat/gats: the new exptime, replicated to the shadow of each hit.
     pub touch: Option<i64>,
-    /// Near cache: fill it with the reply (single-key get/gets, read with
-    /// its TTL).
-    pub near_fill: Option<crate::near_cache::store::Ticket>,
+    /// Near cache: (key index, ticket) of the keys read with their TTL to
+    /// fill it with their reply, in key order.
+    pub near_fill: Vec<(u32, crate::near_cache::store::Ticket)>,
+    /// Near cache: (key index, item) of the keys it answered (multi-key
+    /// get/gets; their slot's part is `NEAR_HIT`), in key order.
+    pub near_hits: Vec<(u32, crate::near_cache::store::Hit)>,
 }
 
 /// Where each key's answer is.

@@ -103,8 +103,14 @@ impl Stats {
         self.prefixes.clear();
     }
 
-    /// Encode the `stats` reply (STAT lines and END).
-    pub fn render(&self, facts: &ServerFacts, out: &mut BytesMut) {
+    /// Encode the `stats` reply (STAT lines and END); `extra` appends
+    /// memshift's own lines after memcached's.
+    pub fn render(
+        &self,
+        facts: &ServerFacts,
+        out: &mut BytesMut,
+        extra: impl FnOnce(&mut BytesMut),
+    ) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -145,6 +151,7 @@ impl Stats {
             "slow_consumers_closed",
             get(&self.slow_consumers_closed),
         );
+        extra(out);
         out.extend_from_slice(reply::END);
     }
 }

@@ -1,6 +1,9 @@
 //! get, gets, gat, gats: keys grouped by backend server, Redis misses
 //! looked up in memcached (backfill), sampled reads compared with the
-//! other backend.
+//! other backend. With the near cache on, get/gets keys of Redis shards
+//! are looked up in it first: hits are answered from memory, keys it
+//! admits are read one by one with their TTL (to fill it), the rest in
+//! one MGET per shard as usual; replies stay in request order.
 
 use std::sync::atomic::Ordering;
 
@@ -9,7 +12,7 @@ use memshift_protocol::memcache::client::{self, Response};
 use memshift_protocol::memcache::{reply, Keys, RetrievalCommand, StorageCommand};
 use memshift_protocol::resp::Frame;
 
-use super::super::pending::{Backfill, Op, Plan, Results, Retrieval, Slot, OWN_REPLY};
+use super::super::pending::{Backfill, Op, Plan, Results, Retrieval, Slot, NEAR_HIT, OWN_REPLY};
 use super::super::Session;
 use super::shadow::Change;
 use super::unix_now;
@@ -20,6 +23,11 @@ use crate::redis::translate::{self, Expiry};
 use crate::redis::{encoding, Reply};
 use crate::router::{Access, Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
+
+/// `placed` groups of multi-key get keys the near cache answered, and of
+/// those read with their TTL to fill it.
+const NEAR_GROUP: u32 = u32::MAX;
+const FILL_GROUP: u32 = u32::MAX - 1;
 
 /// A read to compare with the other backend: key, side that answered, and
 /// its answer (flags, data).
@@ -78,7 +86,8 @@ impl Session {
             compare: false,
             sample_miss_rate: migration.rollback.is_some(),
             touch: touch.then_some(exptime),
-            near_fill: None,
+            near_fill: Vec::new(),
+            near_hits: Vec::new(),
         };
 
         if retrieval.keys.len() == 1 {
@@ -122,7 +131,7 @@ impl Session {
                                         ..translate::MetaGet::default()
                                     },
                                 );
-                                retrieval.near_fill = Some(ticket);
+                                retrieval.near_fill.push((0, ticket));
                             }
                             Lookup::Miss(None) => translate::get(&mut self.cmd_buf, key),
                         }
@@ -148,8 +157,11 @@ impl Session {
         let mut slot_groups: Vec<(usize, u16)> = Vec::new();
         // (side, group, index within group) per key, before parts are numbered.
         let mut placed: Vec<(Backend, u32, u32)> = Vec::with_capacity(retrieval.keys.len());
+        // Near cache: (shard, key) of each key read with its TTL to fill it.
+        let mut fills: Vec<(usize, &[u8])> = Vec::new();
+        let near_on = !touch && crate::near_cache::get().is_some();
         let mut any_backfill = false;
-        for key in retrieval.keys.iter() {
+        for (i, key) in retrieval.keys.iter().enumerate() {
             let route = if touch {
                 routes.route(key)
             } else {
@@ -159,6 +171,24 @@ impl Session {
                 Target::Memcached { server } => (&mut mc_groups, server),
                 Target::Redis { shard } => {
                     any_backfill |= !touch && migration.backfills(route.sides());
+                    if near_on {
+                        match self.near_lookup(routes, shard, key) {
+                            Lookup::Hit(hit) => {
+                                let index = retrieval.near_hits.len() as u32;
+                                placed.push((Backend::Redis, NEAR_GROUP, index));
+                                retrieval.near_hits.push((i as u32, hit));
+                                continue;
+                            }
+                            // A read of its own, with the TTL (as for one key).
+                            Lookup::Miss(Some(ticket)) => {
+                                placed.push((Backend::Redis, FILL_GROUP, fills.len() as u32));
+                                fills.push((shard, key));
+                                retrieval.near_fill.push((i as u32, ticket));
+                                continue;
+                            }
+                            Lookup::Miss(None) => {}
+                        }
+                    }
                     let group = match routes.redis().cluster_slot(key) {
                         None => shard,
                         Some(slot) => match slot_groups.iter().position(|&g| g == (shard, slot)) {
@@ -215,6 +245,24 @@ impl Session {
                 parts += 1;
             }
         }
+        let mut fill_part = Vec::with_capacity(fills.len());
+        for &(shard, key) in &fills {
+            // `peek`: the value and its PTTL, changing nothing.
+            let peek = translate::MetaGet {
+                peek: true,
+                ..translate::MetaGet::default()
+            };
+            translate::meta_get(&mut self.cmd_buf, key, &peek);
+            self.send(
+                routes,
+                Target::Redis { shard },
+                ReplyShape::Line,
+                seq,
+                parts,
+            );
+            fill_part.push(parts);
+            parts += 1;
+        }
         for (server, group) in mc_groups.iter().enumerate() {
             if group.is_empty() {
                 continue;
@@ -232,6 +280,16 @@ impl Session {
                 Backend::Redis if touch => Slot {
                     side,
                     part: getex_part[i],
+                    index: OWN_REPLY,
+                },
+                Backend::Redis if group == NEAR_GROUP => Slot {
+                    side,
+                    part: NEAR_HIT,
+                    index,
+                },
+                Backend::Redis if group == FILL_GROUP => Slot {
+                    side,
+                    part: fill_part.get(index as usize).copied().unwrap_or(u32::MAX),
                     index: OWN_REPLY,
                 },
                 Backend::Redis => Slot {
@@ -339,7 +397,9 @@ impl Session {
         // Allocated only when a memcached reply is read.
         let mut cursors: Vec<usize> = Vec::new();
         let mut compared: Option<Compared> = None;
-        let mut near_fill = r.near_fill.take();
+        // Both in key order: each key takes its own off the front.
+        let mut near_fill = std::mem::take(&mut r.near_fill).into_iter().peekable();
+        let mut near_hits = std::mem::take(&mut r.near_hits).into_iter().peekable();
         if let (Some(_), Some(near)) = (r.touch, crate::near_cache::get()) {
             // gat/gats: again before the reply (read-your-writes).
             for key in r.keys.iter() {
@@ -350,35 +410,50 @@ impl Session {
             let Some(slot) = r.plan.slot(i) else {
                 continue;
             };
-            let mut found = match results.get(slot.part) {
-                Some(Ok(Reply::Redis(frame))) => redis_item(frame, slot.index).map(|item| Found {
-                    flags: item.flags,
-                    cas: item.cas,
-                    data: item.data,
+            let near_hit = near_hits.next_if(|(k, _)| *k as usize == i);
+            let ticket = near_fill.next_if(|(k, _)| *k as usize == i);
+            let from_near_cache = near_hit.is_some();
+            let mut found = match (near_hit, results.get(slot.part)) {
+                (Some((_, hit)), _) => Some(Found {
+                    flags: hit.flags,
+                    cas: hit.cas,
+                    data: hit.data,
                 }),
-                Some(Ok(Reply::Memcached(raw))) => {
+                (None, Some(Ok(Reply::Redis(frame)))) => {
+                    redis_item(frame, slot.index).map(|item| Found {
+                        flags: item.flags,
+                        cas: item.cas,
+                        data: item.data,
+                    })
+                }
+                (None, Some(Ok(Reply::Memcached(raw)))) => {
                     if cursors.len() < parts {
                         cursors.resize(parts, 0);
                     }
                     next_value(raw, &mut cursors[slot.part as usize], key)
                 }
                 // Errors were answered above; no result is not a miss either.
-                Some(Err(_)) | None => continue,
+                (None, Some(Err(_)) | None) => continue,
             };
             // Per-backend hit rates count what the primary had; a value the
             // backfill found counts as a memcached hit on top.
             let primary_hit = found.is_some();
-            if let (Some(ticket), Some(item), Some(Ok(Reply::Redis(frame)))) =
-                (near_fill.take(), &found, results.get(slot.part))
-            {
-                if let Some(pttl) = meta_get_pttl(frame) {
-                    let hit = Hit {
-                        flags: item.flags,
-                        cas: item.cas,
-                        data: item.data.clone(),
-                    };
-                    self.near_fill(ticket, key, &hit, pttl);
+            // A get/gets answered by Redis (not by the near cache, nor a
+            // gat, which invalidates anyway): before the reply is written.
+            let answered_by_redis = match results.get(slot.part) {
+                Some(Ok(Reply::Redis(frame))) if !from_near_cache && r.touch.is_none() => {
+                    Some(frame)
                 }
+                _ => None,
+            };
+            if let (Some(frame), Some(_)) = (answered_by_redis, crate::near_cache::get()) {
+                let item = found.as_ref().map(|f| Hit {
+                    flags: f.flags,
+                    cas: f.cas,
+                    data: f.data.clone(),
+                });
+                let pttl = ticket.as_ref().and_then(|_| meta_get_pttl(frame));
+                self.near_answered(ticket.map(|(_, t)| t), key, item.as_ref(), pttl);
             }
             if primary_hit {
                 metrics.get_hit(slot.side);
@@ -489,7 +564,7 @@ impl Session {
 
 /// The stored item a Redis reply holds for one key: a GET/GETEX reply
 /// (`OWN_REPLY`) or element `index` of an MGET reply.
-fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
+pub(super) fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
     let value = match (frame, index) {
         (Frame::Bulk(v), OWN_REPLY) => v,
         // The meta_get script (a near-cache fill): `{value, pttl}`.

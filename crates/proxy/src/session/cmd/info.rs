@@ -51,7 +51,13 @@ fn stats_group(group: StatsGroup, proxy: &Proxy) -> Op {
     match group {
         StatsGroup::General => {
             let mut out = BytesMut::with_capacity(2048);
-            stats.render(&proxy.facts, &mut out);
+            stats.render(&proxy.facts, &mut out, |out| {
+                // Only with the near cache on: `stats` of a proxy without it
+                // keeps memcached's exact set of lines.
+                if let Some(near) = crate::near_cache::get() {
+                    near.metrics.near_cache.render_stats(out);
+                }
+            });
             Op::ReadyBytes(out.freeze())
         }
         StatsGroup::Reset => {

@@ -144,6 +144,7 @@ impl Session {
                 with_cas,
             } => {
                 let key = keys.iter().next().unwrap_or_default();
+                self.proxy.stats.prefixes.record_get(key, true);
                 near::render_hit(&mut self.wbuf, key, &hit, with_cas)
             }
         }

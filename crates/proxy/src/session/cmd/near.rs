@@ -1,7 +1,8 @@
 //! The near cache's hooks in the request path (see `crate::near_cache`):
 //! writes invalidate their key when dispatched and again just before their
 //! reply is written; `flush_all` drops every shard's entries; single-key
-//! get/gets look up before dispatch and fill from the Redis reply.
+//! get/gets look up before dispatch; their Redis answers drop older copies
+//! and fill the cache.
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
@@ -36,17 +37,18 @@ impl Session {
         store::lookup(near, tracking, key, &self.proxy.settings.load().near_cache)
     }
 
-    /// The read of `ticket` answered `hit`, with `pttl` ms to live.
-    pub(super) fn near_fill(&self, ticket: Ticket, key: &[u8], hit: &Hit, pttl: i64) {
+    /// A get/gets of `key` read from Redis answered `item` (with `pttl`
+    /// ms to live when asked): drop older copies, fill with `ticket`.
+    pub(super) fn near_answered(
+        &self,
+        ticket: Option<Ticket>,
+        key: &[u8],
+        item: Option<&Hit>,
+        pttl: Option<i64>,
+    ) {
         if let Some(near) = crate::near_cache::get() {
-            store::fill(
-                near,
-                ticket,
-                key,
-                hit,
-                pttl,
-                &self.proxy.settings.load().near_cache,
-            );
+            let limits = &self.proxy.settings.load().near_cache;
+            store::answered(near, ticket, key, item, pttl, limits);
         }
     }
 }

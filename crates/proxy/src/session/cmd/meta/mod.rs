@@ -20,10 +20,11 @@ use memshift_protocol::memcache::{
     base64, ArithCommand, Exptime, MetaCommand, MetaFlags, MetaSetMode, StorageCommand,
 };
 
-use super::super::pending::{Op, Results};
+use super::super::pending::{Op, Results, OWN_REPLY};
 use super::super::Session;
 use super::shadow::Change;
 use super::{unix_now, Tag};
+use crate::near_cache::store::Hit;
 use crate::redis::encoding::STATE_KEY_BINARY;
 use crate::redis::translate::{self, Expiry, MetaArith, MetaGet, WriteOutcome};
 use crate::redis::{BackendError, Reply};
@@ -311,7 +312,19 @@ impl Session {
                 }
                 outcome
             }
-            (_, Reply::Redis(frame)) => render_redis(&op, frame, &mut self.wbuf),
+            (_, Reply::Redis(frame)) => {
+                if op.command == MetaCommand::Get && crate::near_cache::get().is_some() {
+                    // Takes part in the near cache's monotonic reads, like
+                    // a get answered by Redis.
+                    let item = super::get::redis_item(frame, OWN_REPLY).map(|i| Hit {
+                        flags: i.flags,
+                        cas: i.cas,
+                        data: i.data,
+                    });
+                    self.near_answered(None, &op.key, item.as_ref(), None);
+                }
+                render_redis(&op, frame, &mut self.wbuf)
+            }
             _ => {
                 self.wbuf.extend_from_slice(WriteOutcome::Failed.line());
                 return;
