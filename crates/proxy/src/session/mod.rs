@@ -405,6 +405,13 @@ impl Session {
                 Some(&memshift_protocol::memcache::binary::REQUEST_MAGIC) => {
                     self.wire = Wire::Binary
                 }
+                // SASL on: memcached (-S) binds the binary protocol only; a
+                // text request is a bad magic byte: closed, no reply.
+                Some(_) if self.proxy.sasl.is_some() => {
+                    self.rbuf.clear();
+                    self.push_ready(pending::Op::Close);
+                    return;
+                }
                 Some(_) => self.wire = Wire::Text,
                 None => return,
             }
