@@ -97,7 +97,7 @@ trait Wire {
 }
 
 struct Plain(TcpStream, Vec<u8>);
-struct Tls(TlsConn);
+struct Tls(TlsConn, Vec<u8>);
 
 impl Wire for Plain {
     fn send(&mut self, bytes: &[u8]) {
@@ -126,9 +126,12 @@ impl Wire for Tls {
         self.0.send(bytes).unwrap();
     }
     fn response(&mut self) -> Option<(u8, u16, Vec<u8>)> {
-        let got = self.0.read_until(|b| complete(b)).ok()?;
-        let mut buf = got;
-        take(&mut buf)
+        if let Some(r) = take(&mut self.1) {
+            return Some(r);
+        }
+        let got = self.0.read_until(complete).ok()?;
+        self.1.extend_from_slice(&got);
+        take(&mut self.1)
     }
 }
 
@@ -162,7 +165,10 @@ fn tls_conn(addr: &str, ca: &Path) -> Tls {
         ca: Some(ca),
         ..ClientOpts::default()
     };
-    Tls(TlsConn::connect(addr, &opts).expect("TLS handshake"))
+    Tls(
+        TlsConn::connect(addr, &opts).expect("TLS handshake"),
+        Vec::new(),
+    )
 }
 
 /// The whole SASL story on one kind of connection.

@@ -28,5 +28,5 @@ pub mod response;
 
 pub use header::{Header, HEADER_LEN, REQUEST_MAGIC, RESPONSE_MAGIC};
 pub use opcode::Opcode;
-pub use request::{parse, read_header, Command, Error, Request, StoreMode};
+pub use request::{parse, read_header, Command, Error, Parsed, Request, StoreMode};
 pub use response::Status;

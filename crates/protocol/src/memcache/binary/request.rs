@@ -228,6 +228,9 @@ impl Error {
     }
 }
 
+/// A complete request and the bytes it used.
+pub type Parsed<'a> = (Request<&'a [u8]>, usize);
+
 /// The header at the start of `buf` once memcached would look at it:
 /// 24 bytes with the right magic, and its extras and key arrived.
 /// `Ok(None)`: more bytes are needed.
@@ -250,10 +253,7 @@ pub fn read_header(buf: &[u8]) -> Result<Option<Header>, Error> {
 
 /// The request at the start of `buf` and the bytes it used; `Ok(None)`
 /// when more bytes are needed (nothing consumed).
-pub fn parse<'a>(
-    buf: &'a [u8],
-    limits: &ParseLimits,
-) -> Result<Option<(Request<&'a [u8]>, usize)>, Error> {
+pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Result<Option<Parsed<'a>>, Error> {
     let Some(header) = read_header(buf)? else {
         return Ok(None);
     };
