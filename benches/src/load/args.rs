@@ -161,7 +161,11 @@ pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Parsed, String> 
                     "memcache" | "memcached" => Protocol::Memcache,
                     "binary" => Protocol::Binary,
                     "redis" | "resp" => Protocol::Redis,
-                    other => return Err(format!("--protocol: memcache, binary or redis, got {other:?}")),
+                    other => {
+                        return Err(format!(
+                            "--protocol: memcache, binary or redis, got {other:?}"
+                        ))
+                    }
                 }
             }
             "--conns" => a.conns = num("--conns", &value()?)?,

@@ -98,7 +98,14 @@ impl Encoder {
     }
 
     /// A binary request header (opaque 0, CAS 0).
-    fn put_binary_header(&self, out: &mut Vec<u8>, opcode: u8, key: usize, extras: u8, value: usize) {
+    fn put_binary_header(
+        &self,
+        out: &mut Vec<u8>,
+        opcode: u8,
+        key: usize,
+        extras: u8,
+        value: usize,
+    ) {
         out.extend_from_slice(&[0x80, opcode]);
         out.extend_from_slice(&(key as u16).to_be_bytes());
         out.extend_from_slice(&[extras, 0, 0, 0]);

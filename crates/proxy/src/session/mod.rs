@@ -215,6 +215,9 @@ impl Session {
         pool::give_buffer(Buffer::Write, std::mem::take(&mut self.wbuf));
         pool::give_buffer(Buffer::Command, std::mem::take(&mut self.cmd_buf));
         pool::give_queue(std::mem::take(&mut self.pending));
+        if self.wire == Wire::Binary {
+            self.give_back_binary();
+        }
         if let Some(channel) = self.replies.take() {
             // A channel with a sender still out stays with this session
             // (its replies carry this session's sequence numbers).
@@ -417,11 +420,6 @@ impl Session {
             }
         }
         if self.wire == Wire::Binary {
-            let settings = self.proxy.settings.load();
-            self.max_pending_replies = settings.max_pending_replies;
-            self.max_item_size = settings.limits.max_item_size;
-            self.max_pending_bytes = settings.max_pending_bytes;
-            drop(settings);
             return self.process_binary_input();
         }
         let settings = self.proxy.settings.load();

@@ -33,6 +33,7 @@ use memshift_protocol::memcache::{base64, MetaCommand, MetaFlags};
 use tokio::time::Instant;
 
 use super::pending::{Op, Pending, NO_COMMAND};
+use super::pool::{self, Buffer};
 use super::Session;
 use crate::metrics::command_index;
 
@@ -97,6 +98,9 @@ impl Session {
     pub(super) fn process_binary_input(&mut self) {
         let settings = self.proxy.settings.load();
         let limits = settings.limits;
+        self.max_pending_replies = settings.max_pending_replies;
+        self.max_item_size = settings.limits.max_item_size;
+        self.max_pending_bytes = settings.max_pending_bytes;
         let sasl = self.proxy.sasl.is_some();
         drop(settings);
         let now = Instant::now();
@@ -305,8 +309,21 @@ impl Session {
     /// Room for the tokens of the next request.
     fn reserve_scratch(&mut self) {
         let scratch = &mut self.binary.scratch;
-        if scratch.capacity() - scratch.len() < SCRATCH_LOW {
+        if scratch.capacity() == 0 {
+            *scratch = pool::take_buffer(Buffer::Command, SCRATCH_CHUNK);
+        } else if scratch.capacity() - scratch.len() < SCRATCH_LOW {
             scratch.reserve(SCRATCH_CHUNK);
+        }
+    }
+
+    /// Quiet: the binary buffers go back to the thread's pool, as the
+    /// session's own do (an idle connection holds none).
+    pub(super) fn give_back_binary(&mut self) {
+        let state = &mut self.binary;
+        pool::give_buffer(Buffer::Command, std::mem::take(&mut state.scratch));
+        pool::give_buffer(Buffer::Write, std::mem::take(&mut state.text));
+        if state.frames.capacity() > 64 {
+            state.frames = VecDeque::new();
         }
     }
 
@@ -321,6 +338,9 @@ impl Session {
             _ => None,
         };
         // The text reply goes to the scratch buffer, then is re-encoded.
+        if self.binary.text.capacity() == 0 {
+            self.binary.text = pool::take_buffer(Buffer::Write, super::FIRST_WRITE);
+        }
         std::mem::swap(&mut self.wbuf, &mut self.binary.text);
         self.render(pending);
         std::mem::swap(&mut self.wbuf, &mut self.binary.text);
