@@ -1,13 +1,30 @@
-//! Get/GetK/GAT/GATK (+Q) and Touch, as `mg <key> [v] f c [T<exptime>]`.
+//! Get/GetK/GAT/GATK (+Q) as `gets <key>` / `gats <exptime> <key>` (the
+//! classic path: plain GET/GETEX on Redis, the near cache), or, for keys a
+//! text line cannot carry, and for Touch, `mg <key> [v] f c [T<exptime>]`
+//! with the key in base64.
 
 use bytes::Bytes;
 use memshift_protocol::memcache::reply::put_u64;
-use memshift_protocol::memcache::{MetaCommand, MetaFlags};
+use memshift_protocol::memcache::{Keys, MetaCommand, MetaFlags, Request, RetrievalCommand};
 use tokio::time::Instant;
 
 use super::super::Session;
 
 impl Session {
+    /// One text-safe key: `gets <key>`, or `gats <exptime> <key>`.
+    pub(super) fn binary_classic_get(&mut self, key: Bytes, touch: Option<u32>, now: Instant) {
+        let (command, exptime) = match touch {
+            Some(e) => (RetrievalCommand::Gats, exptime(e)),
+            None => (RetrievalCommand::Gets, 0),
+        };
+        let request = Request::Retrieval {
+            command,
+            exptime,
+            keys: Keys::new(key, 1),
+        };
+        self.dispatch(request, now);
+    }
+
     /// `touch`: the new expiration (GAT, Touch); `value`: return it (not
     /// for Touch).
     pub(super) fn binary_get(&mut self, key: Bytes, touch: Option<u32>, value: bool, now: Instant) {

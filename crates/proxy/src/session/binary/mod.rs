@@ -1,8 +1,9 @@
 //! A connection speaking memcached's binary protocol (its first byte was
 //! `0x80`; memcached's rule: it stays binary for its whole life).
 //!
-//! Each binary request is turned into the meta command that does the same
-//! thing (`mg`/`ms`/`md`/`ma`, or `flush_all`/`version`/`stats`/`mn`) and
+//! Each binary request is turned into the text command that does the same
+//! thing (`gets`/`gats`, `mg`/`ms`/`md`/`ma`, `flush_all`/`version`/`stats`/
+//! `mn`) and
 //! dispatched through the very path a text client's request takes: same
 //! router, phases, Redis item layout, shadow writes and near cache. Its
 //! reply is rendered as text into a scratch buffer and re-encoded as the
@@ -73,6 +74,11 @@ struct Frame {
 enum Answer {
     /// `mg`: a value, with the key when asked.
     Get {
+        with_key: bool,
+    },
+    /// `gets`/`gats` of one key (the classic path: a plain GET/GETEX on
+    /// Redis, the near cache): `VALUE ...` or `END`.
+    Value {
         with_key: bool,
     },
     /// `mg` without `v`: flags only.
@@ -192,8 +198,13 @@ impl Session {
         match request.command {
             Command::Get { with_key, touch } => {
                 let reply_key = if with_key { key.clone() } else { Bytes::new() };
-                self.push_frame(opcode, opaque, quiet, reply_key, Answer::Get { with_key });
-                self.binary_get(key, touch, true, now);
+                if needs_base64(&key) {
+                    self.push_frame(opcode, opaque, quiet, reply_key, Answer::Get { with_key });
+                    self.binary_get(key, touch, true, now);
+                } else {
+                    self.push_frame(opcode, opaque, quiet, reply_key, Answer::Value { with_key });
+                    self.binary_classic_get(key, touch, now);
+                }
             }
             Command::Touch { exptime } => {
                 self.push_frame(opcode, opaque, quiet, Bytes::new(), Answer::Touch);

@@ -88,6 +88,7 @@ pub(super) fn encode(buf: &mut BytesMut, frame: &Frame, text: &[u8]) {
             _ => error(buf, Status::AuthError),
         },
         Answer::Noop => response::put_ok(buf, opcode, opaque, 0),
+        Answer::Value { with_key } => encode_value(buf, frame, with_key, text),
         _ => encode_meta(buf, frame, text),
     }
 }
@@ -134,6 +135,45 @@ fn encode_meta(buf: &mut BytesMut, frame: &Frame, text: &[u8]) {
         }
         _ => error(buf, Status::TemporaryFailure),
     }
+}
+
+/// `VALUE <key> <flags> <bytes> <cas>\r\n<data>\r\nEND\r\n`, or `END\r\n`.
+fn encode_value(buf: &mut BytesMut, frame: &Frame, with_key: bool, text: &[u8]) {
+    let (opcode, opaque) = (frame.opcode, frame.opaque);
+    if text == b"END\r\n" {
+        return match (frame.quiet, with_key) {
+            (true, _) => {}
+            (false, true) => response::put_miss_with_key(buf, opcode, opaque, &frame.key),
+            (false, false) => response::put_error(buf, opcode, opaque, Status::KeyNotFound),
+        };
+    }
+    let Some(hit) = value_line(text) else {
+        return response::put_error(buf, opcode, opaque, Status::TemporaryFailure);
+    };
+    let key = if with_key { &frame.key[..] } else { b"" };
+    response::put_value(buf, opcode, opaque, hit.cas, hit.flags, key, hit.data);
+}
+
+struct Hit<'a> {
+    flags: u32,
+    cas: u64,
+    data: &'a [u8],
+}
+
+/// The one `VALUE` of a single-key `gets`/`gats` reply.
+fn value_line(text: &[u8]) -> Option<Hit<'_>> {
+    let eol = memchr::memchr(b'\n', text)?;
+    let line = text.get(..eol)?.strip_suffix(b"\r")?;
+    let mut tokens = line.split(|&b| b == b' ');
+    if tokens.next()? != b"VALUE" {
+        return None;
+    }
+    let _key = tokens.next()?;
+    let flags = parse_u64(tokens.next()?)? as u32;
+    let len = parse_u64(tokens.next()?)? as usize;
+    let cas = parse_u64(tokens.next()?)?;
+    let data = text.get(eol + 1..eol + 1 + len)?;
+    Some(Hit { flags, cas, data })
 }
 
 /// `STAT <name> <value>` lines → one response each, then the empty one
