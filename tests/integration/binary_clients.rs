@@ -106,3 +106,71 @@ fn python_binary_memcached_matches_memcached() {
         "python-binary-memcached: memshift (left) and memcached (right) differ"
     );
 }
+
+/// Binary requests count under `protocol="binary"` with the classic command
+/// names, in the same families and `stats` counters as text.
+#[test]
+fn binary_requests_are_counted_as_binary() {
+    if !require_tools("binary_requests_are_counted_as_binary", &["redis-server"]) {
+        return;
+    }
+    let cluster = Cluster::start();
+    let req = |opcode: u8, key: &[u8], extras: &[u8], value: &[u8]| {
+        let mut out = vec![0x80, opcode];
+        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        out.push(extras.len() as u8);
+        out.extend_from_slice(&[0, 0, 0]);
+        out.extend_from_slice(&((key.len() + extras.len() + value.len()) as u32).to_be_bytes());
+        out.extend_from_slice(&[0; 12]);
+        out.extend_from_slice(extras);
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+        out
+    };
+    let mut batch = Vec::new();
+    for i in 0..3 {
+        batch.extend(req(0x01, format!("bin:{i}").as_bytes(), &[0; 8], b"v"));
+    }
+    for i in 0..5 {
+        batch.extend(req(0x00, format!("bin:{i}").as_bytes(), b"", b""));
+    }
+    batch.extend(req(0x0a, b"", b"", b""));
+    let mut s = std::net::TcpStream::connect(cluster.addr()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(&mut s, &batch).unwrap();
+    // 3 set + 5 get responses + the noop, each at least a header.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < 9 * 24 || got[got.len() - 24 + 1..].first() != Some(&0x0a) {
+        let n = std::io::Read::read(&mut s, &mut buf).expect("read");
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = memshift_tests::ops_support::metrics_text(cluster.admin_port);
+    let value = |series: &str| memshift_tests::ops_support::metric_value(&text, series);
+    assert_eq!(
+        value(r#"memshift_requests_total{protocol="binary",command="set"}"#),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(r#"memshift_requests_total{protocol="binary",command="get"}"#),
+        Some(5.0)
+    );
+    assert_eq!(
+        value(r#"memshift_requests_total{protocol="binary",command="mn"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(r#"memshift_get_hits_total{backend="redis"}"#),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(r#"memshift_get_misses_total{backend="redis"}"#),
+        Some(2.0)
+    );
+    let text_sets = value(r#"memshift_requests_total{protocol="text",command="set"}"#);
+    assert!(
+        text_sets.unwrap_or(0.0) == 0.0,
+        "text counted: {text_sets:?}"
+    );
+}
