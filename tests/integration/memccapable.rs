@@ -97,3 +97,37 @@ fn compare_with_memcached(test: &str, mode: &str) {
             .collect::<String>()
     );
 }
+
+/// `memccapable -b` through memshift in the `memcached` and `warmup`
+/// phases: every binary request is forwarded to the legacy memcached (as
+/// the classic or meta command it became) and answered as memcached would.
+#[test]
+fn memccapable_binary_forwarded_to_legacy_memcached() {
+    use memshift_tests::migration_support::{MigrationOptions, MigrationSetup};
+    if !require_tools(
+        "memccapable_binary_forwarded_to_legacy_memcached",
+        &["memccapable", "memcached", "redis-server"],
+    ) {
+        return;
+    }
+    for phase in ["memcached", "warmup"] {
+        let setup = MigrationSetup::start(MigrationOptions {
+            redis_shards: 1,
+            phase: phase.into(),
+            ..MigrationOptions::default()
+        });
+        let port: u16 = setup
+            .proxy
+            .addr()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("memshift port");
+        let (got, text) = run(port, "-b");
+        let failed: Vec<_> = got.iter().filter(|(_, s)| s != "pass").collect();
+        assert!(
+            got.len() >= 27 && failed.is_empty(),
+            "phase {phase}: memccapable -b through memshift: {failed:?}\n{text}"
+        );
+    }
+}
