@@ -7,6 +7,8 @@
 #   memshift    memshift -> 3 redis-server shards
 #   redis       one redis-server directly: memshift-load speaking RESP, and
 #               redis-benchmark (GET and SET, combined 90/10) for reference
+#   memshift_binary  the same memshift spoken to in memcached's binary
+#               protocol (closed-loop scenarios only, after the text ones)
 # Scenarios: 90% get / 10% set, 100-byte values, 100,000 uniform keys,
 # 50 connections, without pipelining and with pipeline depth 16; latency in
 # open loop at 50% of memshift's max throughput; memory per idle client
@@ -106,6 +108,7 @@ names = {
     "memshift": "memshift -> 3 Redis shards",
     "redis": "Redis direct (memshift-load, RESP)",
     "redis-benchmark": "Redis direct (redis-benchmark)",
+    "memshift_binary": "memshift, binary protocol",
 }
 p99 = lambda r: r["latency_us"]["p99"]
 out = []
@@ -122,6 +125,17 @@ for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
     out.append(f"| {names[s]} | {fmt(np_)} | {ratio(ms_np, np_)} | {fmt(get(s, 'np', p99) if lat else None, 1)} "
                f"| {fmt(p16)} | {ratio(ms_p, p16)} | {fmt(get(s, 'p16', p99) if lat else None, 1)} |")
 out.append("")
+bin_np, bin_p = get("memshift_binary", "np"), get("memshift_binary", "p16")
+if bin_np or bin_p:
+    out.append("memshift spoken to in memcached's binary protocol vs its text protocol (same run, same shape; "
+               "`binary / text` = binary throughput divided by text's):\n")
+    out.append("| protocol | ops/s, no pipelining | binary / text | p99 us | ops/s, pipeline 16 | binary / text | p99 us |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for s, label in [("memshift", "text"), ("memshift_binary", "binary")]:
+        np_, p16 = get(s, "np"), get(s, "p16")
+        out.append(f"| {label} | {fmt(np_)} | {ratio(np_, ms_np)} | {fmt(get(s, 'np', p99), 1)} "
+                   f"| {fmt(p16)} | {ratio(p16, ms_p)} | {fmt(get(s, 'p16', p99), 1)} |")
+    out.append("")
 out.append("CPU used during those runs, in cores (server side = every process of the system: "
            "memshift + its 3 shards, twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
 out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core | steal % (np / p16) |")
@@ -215,6 +229,10 @@ if big:
          f"{per:.2f} KiB per connection with {n:,} idle, {errs} errors"
          + ("" if n >= 50000 else f" (only {n:,} measured; 50,000 needs an open-files limit above 50,100 "
                                   f"for memshift and the load generator, this machine's is {fdlimit})"))
+if bin_np and ms_np and bin_p and ms_p:
+    goal("binary protocol throughput within 10% of text (no pipelining and pipeline 16)",
+         bin_np >= 0.9 * ms_np and bin_p >= 0.9 * ms_p,
+         f"no pipelining {bin_np / ms_np:.2f}x, pipeline 16 {bin_p / ms_p:.2f}x")
 mm, rm = get("memshift", "mget100", lambda r: r["latency_us"]["p50"]), get("redis", "mget100", lambda r: r["latency_us"]["p50"])
 if mm and rm and cmds is not None:
     goal("100-key multi-get <= 3 Redis round trips and <= 1.5x a single-shard MGET", cmds <= 3 and mm / rm <= 1.5,
@@ -534,6 +552,19 @@ for round in $(seq 1 "$ROUNDS"); do
     log "round $round/$ROUNDS: 90/10, $CONNS conns, pipeline 16"
     for sys in "${SYSTEMS[@]}"; do run "$sys" p16 "$round" "${shape[@]}" --pipeline 16; done
     redis_benchmark p16 "$round" 16 "$(last_ops redis p16)"
+done
+
+# memcached's binary protocol: the same memshift (same shards, same shape),
+# closed loop, after the text runs; the summary compares it with text.
+ADDR[memshift_binary]=${ADDR[memshift]}
+PROTO[memshift_binary]=binary
+# shellcheck disable=SC2034 # read by run() through eval
+SUT_PIDS_memshift_binary=$SUT_PIDS_memshift
+for round in $(seq 1 "$ROUNDS"); do
+    wait_quiet
+    log "round $round/$ROUNDS: binary protocol through memshift, 90/10, no pipelining and pipeline 16"
+    run memshift_binary np "$round" "${shape[@]}" --pipeline 1
+    run memshift_binary p16 "$round" "${shape[@]}" --pipeline 16
 done
 
 # Open loop at half of memshift's median closed-loop throughput.

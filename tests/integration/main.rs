@@ -5,6 +5,8 @@
 //! `cargo build -p memshift-proxy` (override with `MEMSHIFT_BIN`).
 
 mod auth;
+mod binary_clients;
+mod binary_sasl;
 mod cas_concurrency;
 mod cluster;
 mod cluster_ops;

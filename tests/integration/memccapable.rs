@@ -1,14 +1,16 @@
-//! libmemcached's `memccapable -a` (ASCII tests) against a real memcached
-//! 1.6 and against memshift: every test that passes against memcached must
-//! pass against memshift.
+//! libmemcached's `memccapable -a` (ASCII tests) and `memccapable -b`
+//! (binary protocol tests) against a real memcached 1.6 and against
+//! memshift: every test that passes against memcached must pass against
+//! memshift.
 
 use std::process::Command;
 use std::time::Duration;
 
 use memshift_tests::{require_tools, run_with_timeout, Cluster, Memcached};
 
-/// `(test name, status)` from lines like `ascii set      [pass]`.
-fn parse(output: &str) -> Vec<(String, String)> {
+/// `(test name, status)` from lines like `ascii set      [pass]` (or
+/// `binary set`, with `prefix` "binary ").
+fn parse(output: &str, prefix: &str) -> Vec<(String, String)> {
     output
         .lines()
         .filter_map(|line| {
@@ -16,18 +18,20 @@ fn parse(output: &str) -> Vec<(String, String)> {
             let open = line.rfind('[')?;
             let status = line[open + 1..].strip_suffix(']')?;
             let name = line[..open].trim();
-            (name.starts_with("ascii ") && !status.is_empty())
+            (name.starts_with(prefix) && !status.is_empty())
                 .then(|| (name.to_string(), status.to_ascii_lowercase()))
         })
         .collect()
 }
 
-fn run(port: u16) -> (Vec<(String, String)>, String) {
+/// `mode`: `-a` (ASCII) or `-b` (binary).
+fn run(port: u16, mode: &str) -> (Vec<(String, String)>, String) {
     let mut cmd = Command::new("memccapable");
-    cmd.args(["-a", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "5"]);
+    cmd.args([mode, "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "5"]);
     let out = run_with_timeout(cmd, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
     let text = format!("{}{}", out.stdout, out.stderr);
-    (parse(&text), text)
+    let prefix = if mode == "-b" { "binary " } else { "ascii " };
+    (parse(&text, prefix), text)
 }
 
 fn passed(results: &[(String, String)]) -> usize {
@@ -36,14 +40,20 @@ fn passed(results: &[(String, String)]) -> usize {
 
 #[test]
 fn memccapable_ascii() {
-    if !require_tools(
-        "memccapable_ascii",
-        &["memccapable", "memcached", "redis-server"],
-    ) {
+    compare_with_memcached("memccapable_ascii", "-a");
+}
+
+#[test]
+fn memccapable_binary() {
+    compare_with_memcached("memccapable_binary", "-b");
+}
+
+fn compare_with_memcached(test: &str, mode: &str) {
+    if !require_tools(test, &["memccapable", "memcached", "redis-server"]) {
         return;
     }
     let reference = Memcached::start();
-    let (want, want_text) = run(reference.port());
+    let (want, want_text) = run(reference.port(), mode);
     assert!(
         !want.is_empty(),
         "could not parse memccapable's output against memcached:\n{want_text}"
@@ -51,9 +61,9 @@ fn memccapable_ascii() {
     drop(reference);
 
     let cluster = Cluster::start();
-    let (got, got_text) = run(cluster.memshift.port());
+    let (got, got_text) = run(cluster.memshift.port(), mode);
     eprintln!(
-        "memccapable -a: memcached passes {}/{}, memshift passes {}/{}",
+        "memccapable {mode}: memcached passes {}/{}, memshift passes {}/{}",
         passed(&want),
         want.len(),
         passed(&got),
@@ -86,4 +96,38 @@ fn memccapable_ascii() {
             .rev()
             .collect::<String>()
     );
+}
+
+/// `memccapable -b` through memshift in the `memcached` and `warmup`
+/// phases: every binary request is forwarded to the legacy memcached (as
+/// the classic or meta command it became) and answered as memcached would.
+#[test]
+fn memccapable_binary_forwarded_to_legacy_memcached() {
+    use memshift_tests::migration_support::{MigrationOptions, MigrationSetup};
+    if !require_tools(
+        "memccapable_binary_forwarded_to_legacy_memcached",
+        &["memccapable", "memcached", "redis-server"],
+    ) {
+        return;
+    }
+    for phase in ["memcached", "warmup"] {
+        let setup = MigrationSetup::start(MigrationOptions {
+            redis_shards: 1,
+            phase: phase.into(),
+            ..MigrationOptions::default()
+        });
+        let port: u16 = setup
+            .proxy
+            .addr()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("memshift port");
+        let (got, text) = run(port, "-b");
+        let failed: Vec<_> = got.iter().filter(|(_, s)| s != "pass").collect();
+        assert!(
+            got.len() >= 27 && failed.is_empty(),
+            "phase {phase}: memccapable -b through memshift: {failed:?}\n{text}"
+        );
+    }
 }

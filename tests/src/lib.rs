@@ -25,6 +25,6 @@ pub use process::{
     memshift_config, run_with_timeout, Cluster, ClusterOptions, CommandOutput, Memcached, Memshift,
     RedisServer,
 };
-pub use python::{pymemcache_python, PYMEMCACHE};
+pub use python::{binary_memcached_python, pymemcache_python, PYMEMCACHE, PYTHON_BINARY_MEMCACHED};
 pub use resp::{RedisClient, Resp};
 pub use verify::{VerifyConfig, VerifyLoad, VerifyReport};

@@ -63,3 +63,42 @@ pub fn pymemcache_python() -> PathBuf {
     fs::write(&marker, b"").expect("write the venv marker");
     python
 }
+
+/// The pinned python-binary-memcached (a binary protocol client, SASL PLAIN).
+pub const PYTHON_BINARY_MEMCACHED: &str = "python-binary-memcached==0.31.4";
+
+/// The suite venv's `python` with [`PYTHON_BINARY_MEMCACHED`] installed too
+/// (installed on first use, under the same lock as the venv).
+pub fn binary_memcached_python() -> PathBuf {
+    let python = pymemcache_python();
+    static IN_PROCESS: Mutex<()> = Mutex::new(());
+    let _guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let target = target_dir();
+    let lock = File::create(target.join("test-venv.lock")).expect("create the venv lock file");
+    // SAFETY: flock on a file descriptor we own; released when `lock` drops.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock the venv lock file");
+    let marker = target
+        .join("test-venv")
+        .join(format!(".installed-{PYTHON_BINARY_MEMCACHED}"));
+    if marker.exists() {
+        return python;
+    }
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        PYTHON_BINARY_MEMCACHED,
+    ]);
+    run_ok(
+        pip,
+        Duration::from_secs(300),
+        &format!("pip install {PYTHON_BINARY_MEMCACHED}"),
+    );
+    fs::write(&marker, b"").expect("write the venv marker");
+    python
+}

@@ -13,8 +13,9 @@ USAGE: memshift-load [OPTIONS]
 
 Target
   --addr HOST:PORT       server to load [127.0.0.1:11211]
-  --protocol P           memcache | redis (RESP GET/SET/MGET, to load Redis
-                         directly with the same generator) [memcache]
+  --protocol P           memcache | binary (memcached's binary protocol) |
+                         redis (RESP GET/SET/MGET, to load Redis directly
+                         with the same generator) [memcache]
 Load shape
   --conns N              connections [50]
   --pipeline D           closed loop: requests written per batch on each
@@ -158,8 +159,13 @@ pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Parsed, String> 
             "--protocol" => {
                 a.protocol = match value()?.as_str() {
                     "memcache" | "memcached" => Protocol::Memcache,
+                    "binary" => Protocol::Binary,
                     "redis" | "resp" => Protocol::Redis,
-                    other => return Err(format!("--protocol: memcache or redis, got {other:?}")),
+                    other => {
+                        return Err(format!(
+                            "--protocol: memcache, binary or redis, got {other:?}"
+                        ))
+                    }
                 }
             }
             "--conns" => a.conns = num("--conns", &value()?)?,

@@ -1,5 +1,7 @@
-//! Request encoding and incremental reply parsing, memcached text protocol
-//! and (to load Redis directly with the same generator) RESP.
+//! Request encoding and incremental reply parsing, memcached text protocol,
+//! memcached's binary protocol (`--protocol binary`: Get, or GetKQ per key
+//! and a Noop for multi-gets; Set; Version) and (to load Redis directly with
+//! the same generator) RESP.
 //!
 //! Replies are validated, not just framed: a get's `VALUE` lines must name
 //! requested keys in request order, data blocks must end in `\r\n`, a set must
@@ -10,6 +12,8 @@ use memchr::memmem;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     Memcache,
+    /// memcached's binary protocol.
+    Binary,
     Redis,
 }
 
@@ -17,6 +21,7 @@ impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Protocol::Memcache => "memcache",
+            Protocol::Binary => "binary",
             Protocol::Redis => "redis",
         })
     }
@@ -92,8 +97,36 @@ impl Encoder {
         out.extend_from_slice(b"\r\n");
     }
 
+    /// A binary request header (opaque 0, CAS 0).
+    fn put_binary_header(
+        &self,
+        out: &mut Vec<u8>,
+        opcode: u8,
+        key: usize,
+        extras: u8,
+        value: usize,
+    ) {
+        out.extend_from_slice(&[0x80, opcode]);
+        out.extend_from_slice(&(key as u16).to_be_bytes());
+        out.extend_from_slice(&[extras, 0, 0, 0]);
+        out.extend_from_slice(&((key + usize::from(extras) + value) as u32).to_be_bytes());
+        out.extend_from_slice(&[0; 12]);
+    }
+
     pub fn get(&self, out: &mut Vec<u8>, ids: &[u64]) {
         match self.protocol {
+            Protocol::Binary if ids.len() == 1 => {
+                self.put_binary_header(out, 0x00, self.key_len(ids[0]), 0, 0);
+                self.put_key(out, ids[0]);
+            }
+            Protocol::Binary => {
+                // GetKQ per key (misses say nothing), then a Noop.
+                for &id in ids {
+                    self.put_binary_header(out, 0x0d, self.key_len(id), 0, 0);
+                    self.put_key(out, id);
+                }
+                self.put_binary_header(out, 0x0a, 0, 0, 0);
+            }
             Protocol::Memcache => {
                 out.extend_from_slice(b"get");
                 for &id in ids {
@@ -119,6 +152,13 @@ impl Encoder {
 
     pub fn set(&self, out: &mut Vec<u8>, id: u64) {
         match self.protocol {
+            Protocol::Binary => {
+                self.put_binary_header(out, 0x01, self.key_len(id), 8, self.value.len());
+                out.extend_from_slice(&[0; 8]);
+                self.put_key(out, id);
+                out.extend_from_slice(&self.value);
+                return;
+            }
             Protocol::Memcache => {
                 out.extend_from_slice(b"set ");
                 self.put_key(out, id);
@@ -139,10 +179,11 @@ impl Encoder {
     }
 
     pub fn probe(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(match self.protocol {
-            Protocol::Memcache => b"version\r\n",
-            Protocol::Redis => b"*1\r\n$4\r\nPING\r\n",
-        });
+        match self.protocol {
+            Protocol::Memcache => out.extend_from_slice(b"version\r\n"),
+            Protocol::Binary => self.put_binary_header(out, 0x0b, 0, 0, 0),
+            Protocol::Redis => out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
+        }
     }
 
     /// Parses the reply to the oldest outstanding request. `keys` are that
@@ -156,6 +197,7 @@ impl Encoder {
     ) -> Parsed {
         match self.protocol {
             Protocol::Memcache => self.parse_memcache(buf, kind, nkeys, keys),
+            Protocol::Binary => parse_binary(buf, kind, nkeys),
             Protocol::Redis => parse_redis(buf, kind, nkeys),
         }
     }
@@ -235,6 +277,56 @@ impl Encoder {
             hits += 1;
             pos = end;
         }
+    }
+}
+
+/// The binary responses to one request: Get (hit or `Not found`), the
+/// GetKQ hits up to the Noop of a multi-get, Set, Version.
+fn parse_binary(buf: &[u8], kind: Kind, nkeys: usize) -> Parsed {
+    let mut pos = 0;
+    let mut hits = 0u32;
+    loop {
+        let Some(h) = buf.get(pos..pos + 24) else {
+            return Parsed::Incomplete;
+        };
+        if h[0] != 0x81 {
+            return Parsed::Bad(format!("binary response magic {:#04x}", h[0]));
+        }
+        let (opcode, status) = (h[1], u16::from_be_bytes([h[6], h[7]]));
+        let body = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        let end = pos + 24 + body;
+        if buf.len() < end {
+            return Parsed::Incomplete;
+        }
+        let failed = match status {
+            0 => None,
+            0x86 | 0x82 => Some(Reply::ServerError),
+            0x04 | 0x81 => Some(Reply::ClientError),
+            _ => None,
+        };
+        match (kind, opcode) {
+            (_, _) if failed.is_some() && !(kind == Kind::Get && status == 1) => {
+                return Parsed::Done(end, failed.unwrap_or(Reply::Other));
+            }
+            (Kind::Set, 0x01) if status == 0 => return Parsed::Done(end, Reply::Stored),
+            (Kind::Set, 0x01) => return Parsed::Done(end, Reply::Other),
+            (Kind::Probe, 0x0b) => return Parsed::Done(end, Reply::Probed),
+            (Kind::Get, 0x00) => {
+                let hit = u32::from(status == 0);
+                let reply = Reply::Values {
+                    hits: hit,
+                    misses: 1 - hit,
+                };
+                return Parsed::Done(end, reply);
+            }
+            (Kind::Get, 0x0d) if status == 0 => hits += 1,
+            (Kind::Get, 0x0a) => {
+                let misses = (nkeys as u32).saturating_sub(hits);
+                return Parsed::Done(end, Reply::Values { hits, misses });
+            }
+            _ => return Parsed::Bad(format!("unexpected binary response opcode {opcode:#04x}")),
+        }
+        pos = end;
     }
 }
 

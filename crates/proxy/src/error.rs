@@ -21,5 +21,7 @@ pub enum ProxyError {
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("{0}")]
+    Sasl(#[from] crate::sasl::SaslError),
+    #[error("{0}")]
     Other(String),
 }

@@ -20,6 +20,7 @@ pub mod redis;
 pub mod ring_plan;
 pub mod router;
 pub mod run;
+pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod stats;

@@ -61,6 +61,8 @@ pub struct Proxy {
     pub shutdown: watch::Receiver<bool>,
     /// The one `flush_all <delay>` deadline.
     pub flush: crate::flush::FlushSchedule,
+    /// `[server] sasl`: binary connections authenticate against these.
+    pub sasl: Option<Arc<crate::sasl::Credentials>>,
 }
 
 impl Proxy {
@@ -88,6 +90,7 @@ impl Proxy {
             cas_seed,
             shutdown,
             flush: crate::flush::FlushSchedule::default(),
+            sasl: None,
         }
     }
 

@@ -74,14 +74,19 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     }
     let generation = Generation::build(&config, None, &metrics, cas_seed)?;
     metrics.set_phase(generation.migration.phase.as_str());
-    let proxy = Arc::new(Proxy::new(
+    let mut proxy = Proxy::new(
         &config,
         Router::new(generation.shared, generation.migration),
         cas_seed,
         metrics.clone(),
         threads,
         shutdown_rx.clone(),
-    ));
+    );
+    if let (true, Some(path)) = (config.server.sasl, &config.server.sasl_credentials_file) {
+        proxy.sasl = Some(Arc::new(crate::sasl::Credentials::load(path)?));
+        tracing::info!("SASL on: binary connections must authenticate");
+    }
+    let proxy = Arc::new(proxy);
     proxy.start_flush_schedule();
     if let Some(addr) = config.admin.listen {
         let listener = server::bind(addr).await?;

@@ -68,6 +68,7 @@
 //! own: a file with a `const` script and a `#[test]` calling `run_script`.
 
 mod admin_script;
+mod binary;
 mod classic_script;
 mod closing;
 mod cmd;

@@ -1,4 +1,4 @@
-//! memcached text protocol.
+//! memcached text protocol (and, in [`binary`], its binary protocol).
 //!
 //! Server side: [`parse_request`] turns bytes from a client into a
 //! [`Request`]; [`reply`] encodes the answers. Client side (for talking to a
@@ -6,6 +6,7 @@
 
 mod admin;
 pub mod base64;
+pub mod binary;
 pub mod client;
 mod exptime;
 mod parse;

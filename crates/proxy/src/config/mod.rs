@@ -116,7 +116,7 @@ impl Config {
     /// (shards, ring, migration, TLS certificates, per-request limits).
     pub fn restart_required_changes(&self, new: &Config) -> Vec<&'static str> {
         let (a, b) = (self, new);
-        let checks: [(&'static str, bool); 8] = [
+        let checks: [(&'static str, bool); 10] = [
             ("server.listen", a.server.listen != b.server.listen),
             (
                 "server.tls_listen",
@@ -126,6 +126,11 @@ impl Config {
             (
                 "server.max_connections",
                 a.server.max_connections != b.server.max_connections,
+            ),
+            ("server.sasl", a.server.sasl != b.server.sasl),
+            (
+                "server.sasl_credentials_file",
+                a.server.sasl_credentials_file != b.server.sasl_credentials_file,
             ),
             ("admin.listen", a.admin.listen != b.admin.listen),
             ("log.level", a.log.level != b.log.level),

@@ -23,6 +23,8 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("max_pending_replies", s.max_pending_replies);
     o.raw("max_pending_bytes", s.max_pending_bytes);
     o.raw("max_line_length", s.max_line_length);
+    o.raw("sasl", s.sasl);
+    o.path("sasl_credentials_file", s.sasl_credentials_file.as_deref());
 
     o.section("log");
     o.str("level", &c.log.level);

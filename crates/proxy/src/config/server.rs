@@ -34,6 +34,11 @@ pub struct ServerConfig {
     pub max_pending_bytes: usize,
     /// Longest command line (without data block) accepted, in bytes.
     pub max_line_length: usize,
+    /// Binary connections must authenticate (SASL PLAIN) first, as
+    /// memcached with `-S`. See docs/binary.md.
+    pub sasl: bool,
+    /// `user:password` lines; required when `sasl` is on. Never logged.
+    pub sasl_credentials_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +55,8 @@ impl Default for ServerConfig {
             max_pending_replies: 10_000,
             max_pending_bytes: 64 * 1024 * 1024,
             max_line_length: 2048,
+            sasl: false,
+            sasl_credentials_file: None,
         }
     }
 }

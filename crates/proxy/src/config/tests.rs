@@ -787,6 +787,32 @@ fn server_limits_are_checked() {
 }
 
 #[test]
+fn sasl_needs_a_readable_credentials_file() {
+    assert_mentions(
+        &invalid(|c| c.server.sasl = true),
+        &["server.sasl", "sasl_credentials_file"],
+    );
+    assert_mentions(
+        &invalid(|c| {
+            c.server.sasl = true;
+            c.server.sasl_credentials_file = Some("/nonexistent/sasl.txt".into());
+        }),
+        &["server.sasl_credentials_file", "/nonexistent/sasl.txt"],
+    );
+    let dir = std::env::temp_dir().join(format!("memshift-sasl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.txt");
+    std::fs::write(&bad, "alice:x\nno colon here\n").unwrap();
+    let e = invalid(|c| {
+        c.server.sasl = true;
+        c.server.sasl_credentials_file = Some(bad.clone());
+    });
+    assert_mentions(&e, &["line 2"]);
+    assert!(!e.contains("alice:x"), "a password shows in: {e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn log_level_must_be_a_level_or_filter() {
     for bad in ["verbose", "", "warning", "info,memshift=loud", "memshift"] {
         let e = invalid(|c| c.log.level = bad.into());

@@ -46,6 +46,18 @@ fn server(c: &Config) -> Check {
     if s.tls_listen.is_some() && c.tls.is_none() {
         return Err("server.tls_listen: needs a [tls] section with cert and key".into());
     }
+    match (&s.sasl, &s.sasl_credentials_file) {
+        (true, None) => {
+            return Err(
+                "server.sasl: needs server.sasl_credentials_file (user:password lines)".into(),
+            )
+        }
+        (true, Some(path)) => {
+            non_empty_path("server.sasl_credentials_file", path)?;
+            crate::sasl::Credentials::load(path).map_err(|e| e.to_string())?;
+        }
+        (false, _) => {}
+    }
     at_least("server.max_connections", s.max_connections as u64, 1)?;
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&s.max_item_size) {
         return Err(format!(

@@ -13,7 +13,10 @@
 //!   (finished requests → reply bytes, counters, shadow writes).
 //! * `pending`: the queue entries, in the client's order.
 //! * `pool`: buffers and reply channels shared by the thread's sessions.
+//! * `binary`: connections whose first byte is `0x80` (memcached's binary
+//!   protocol), served through the same commands.
 
+mod binary;
 mod cmd;
 mod long_line;
 mod pending;
@@ -130,6 +133,18 @@ pub struct Session {
     /// The buffer ends in a line over `max_line_length` without its `\n`
     /// (see `long_line`).
     line_stalled: bool,
+    /// Text or binary, decided by the first byte the client sends.
+    wire: Wire,
+    binary: binary::BinaryState,
+}
+
+/// The protocol a connection speaks (memcached's rule: a first byte of
+/// `0x80` makes it binary for its whole life).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Undecided,
+    Text,
+    Binary,
 }
 
 impl Session {
@@ -164,6 +179,8 @@ impl Session {
             closing: false,
             draining: false,
             line_stalled: false,
+            wire: Wire::Undecided,
+            binary: binary::BinaryState::default(),
         }
     }
 
@@ -198,6 +215,9 @@ impl Session {
         pool::give_buffer(Buffer::Write, std::mem::take(&mut self.wbuf));
         pool::give_buffer(Buffer::Command, std::mem::take(&mut self.cmd_buf));
         pool::give_queue(std::mem::take(&mut self.pending));
+        if self.wire == Wire::Binary {
+            self.give_back_binary();
+        }
         if let Some(channel) = self.replies.take() {
             // A channel with a sender still out stays with this session
             // (its replies carry this session's sequence numbers).
@@ -383,6 +403,25 @@ impl Session {
 
     /// Parse and dispatch every complete request in the read buffer.
     fn process_input(&mut self) {
+        if self.wire == Wire::Undecided {
+            match self.rbuf.first() {
+                Some(&memshift_protocol::memcache::binary::REQUEST_MAGIC) => {
+                    self.wire = Wire::Binary
+                }
+                // SASL on: memcached (-S) binds the binary protocol only; a
+                // text request is a bad magic byte: closed, no reply.
+                Some(_) if self.proxy.sasl.is_some() => {
+                    self.rbuf.clear();
+                    self.push_ready(pending::Op::Close);
+                    return;
+                }
+                Some(_) => self.wire = Wire::Text,
+                None => return,
+            }
+        }
+        if self.wire == Wire::Binary {
+            return self.process_binary_input();
+        }
         let settings = self.proxy.settings.load();
         let limits = settings.limits;
         self.max_pending_replies = settings.max_pending_replies;
@@ -463,6 +502,10 @@ impl Session {
 
     /// Write out every finished request at the front of the queue.
     fn flush_ready(&mut self) {
+        if self.wire == Wire::Binary && self.skip > 0 {
+            // memcached sends nothing while it swallows a rejected body.
+            return;
+        }
         let mut now = None;
         while self.wbuf.len() < MAX_OUTPUT_BYTES {
             match self.pending.front() {
@@ -476,8 +519,13 @@ impl Session {
             self.pending_bytes -= pending.bytes;
             if pending.command != NO_COMMAND {
                 let now = *now.get_or_insert_with(Instant::now);
+                let protocol = if self.wire == Wire::Binary {
+                    Protocol::Binary
+                } else {
+                    Protocol::Text
+                };
                 self.proxy.metrics.request(
-                    Protocol::Text,
+                    protocol,
                     usize::from(pending.command),
                     now.saturating_duration_since(pending.started).as_secs_f64(),
                 );
@@ -492,7 +540,11 @@ impl Session {
             if self.wbuf.capacity() == 0 {
                 self.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
             }
-            self.render(pending);
+            if self.wire == Wire::Binary {
+                self.render_binary(pending);
+            } else {
+                self.render(pending);
+            }
         }
     }
 }
