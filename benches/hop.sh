@@ -67,7 +67,11 @@ if [ "${STRACE:-0}" = 1 ]; then
     strace -c -f -p "$MS" -o "$W/strace.txt" &
     SP=$!; sleep 0.5
 elif [ "${PERF:-0}" = 1 ]; then
-    perf stat -e raw_syscalls:sys_enter,context-switches,task-clock -p "$MS" -o "$W/perf.txt" &
+    # epoll_wait with timeout 0: the worker polling the I/O driver without
+    # parking (tokio's yield_now defers a task until such a poll).
+    perf stat -e raw_syscalls:sys_enter,context-switches,task-clock \
+        -e syscalls:sys_enter_epoll_wait -e syscalls:sys_enter_epoll_wait --filter 'timeout == 0' \
+        -e syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom -p "$MS" -o "$W/perf.txt" &
     SP=$!; sleep 0.5
 fi
 mode=(--rate "$RATE")
@@ -98,5 +102,9 @@ for line in open(sys.argv[1]):
 PY
 elif [ "${PERF:-0}" = 1 ]; then
     n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
-    awk -v n="$n" '$2 ~ /raw_syscalls|context-switches/ {gsub(",", "", $1); printf "  %-28s %7.3f per request\n", $2, $1 / n}' "$W/perf.txt"
+    # The second epoll_wait line is the filtered one (timeout 0).
+    awk -v n="$n" '$2 ~ /raw_syscalls|context-switches|sys_enter_/ {
+        gsub(",", "", $1); name = $2; sub("syscalls:sys_enter_", "", name)
+        if (name == "epoll_wait" && seen++) name = "epoll_wait(timeout 0)"
+        printf "  %-28s %7.3f per request\n", name, $1 / n}' "$W/perf.txt"
 fi
