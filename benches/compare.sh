@@ -153,9 +153,11 @@ for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
                f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
 out.append("")
 out.append(f"Open loop at {rate:,} req/s, latency from the intended send time; proxy CPU = CPU time of "
-           "the proxy process alone (memshift, nutcracker; for the direct rows the server) per request:\n")
-out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % | proxy CPU us/request |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+           "the proxy process alone (memshift, nutcracker; for the direct rows the server) per request; "
+           "server CPU = every process of the system (proxy + backends), in cores: near 1.00 (when pinned "
+           "to one core) the core is saturated and latency is queueing:\n")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % | proxy CPU us/request | server CPU, cores |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 def cpu_per_req(s):
     v = [1e6 * r["proxy_cpu_s"] / max(r["report"]["requests"], 1) for r in rows
          if r["system"] == s and r["scenario"] == "rate50" and "proxy_cpu_s" in r]
@@ -167,7 +169,7 @@ for s in ["memcached", "twemproxy", "memshift", "redis"]:
     out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
                f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
                f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(cpu(s, 'rate50', lambda r: r.get('other_load_cpu')), 2)} | {fmt(stl, 1)} "
-               f"| {fmt(cpu_per_req(s), 1)} |")
+               f"| {fmt(cpu_per_req(s), 1)} | {fmt(cpu(s, 'rate50', sut), 2)} |")
 out.append("")
 out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
 out.append("| system | gets/s | p50 us | p99 us |")
