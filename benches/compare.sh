@@ -30,6 +30,17 @@
 # CPU $LOAD_CPU (default 0), identically for every system. PIN=0 disables it.
 # memshift runs with server.threads = $MEMSHIFT_THREADS (default 1),
 # memcached with -t 1 (both get one core).
+# SHARDS=N (default 3): memshift's Redis shard count. SHARDS=1 gives memshift
+# the same process count as twemproxy (proxy + one backend).
+# BACKEND_CPU=C: run the backends (memshift's shards, the memcached behind
+# twemproxy, and so the two direct rows, memcached and Redis) on CPU C
+# instead of $SUT_CPU; the proxies stay on $SUT_CPU. On a 2-CPU machine
+# BACKEND_CPU=0 shares the load generator's core; "other" CPU is then
+# counted over every core the run uses (the busy time of those cores not
+# charged to the system's processes or the load generator).
+# NICE=-20: every server and load generator runs at that nice level, so
+# other work on a shared machine barely delays them (CFS weights -20 vs 0:
+# ~87 to 1); the "other" CPU columns show what still ran beside them.
 #
 # Other work on the machine skews every number (a pinned server shares its
 # core with whatever else runs there): each run records the CPU used by the
@@ -43,10 +54,19 @@
 # not their backends) divided by the requests answered.
 # Results: target/compare/<timestamp>/ (results.jsonl, summary.md, logs).
 # Knobs (environment): ROUNDS, DUR (seconds per run), MEMSHIFT_THREADS,
-# SUT_CPU, LOAD_CPU, PIN, QUIET_LOAD, RATE (open-loop requests/s; default
-# 50% of memshift's closed-loop max), MEMSHIFT_BIN (binary to measure).
+# SUT_CPU, LOAD_CPU, BACKEND_CPU, SHARDS, NICE, PIN, QUIET_LOAD, RATE (open-loop
+# requests/s; default 50% of memshift's closed-loop max), MEMSHIFT_BIN
+# (binary to measure).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# NICE: the kernel's autogroups share the CPU between sessions first and
+# apply nice only inside one, so a nice level alone does nothing against
+# other sessions' work: run in a session of our own and set its autogroup's
+# nice level.
+if [ -n "${NICE:-}" ] && [ -z "${MEMSHIFT_BENCH_SESSION:-}" ]; then
+    MEMSHIFT_BENCH_SESSION=1 exec setsid -w "$0" "$@"
+fi
+[ -z "${NICE:-}" ] || echo "$NICE" >/proc/self/autogroup 2>/dev/null || true
 ROOT=$PWD
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -61,7 +81,7 @@ for arg in "$@"; do
         --summary) SUMMARY_OF=next ;;
         --quick) QUICK=1 ;;
         --profile) PROFILE=1 ;;
-        -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $arg (see --help)" ;;
     esac
 done
@@ -81,6 +101,9 @@ SUT_CPU=${SUT_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 PIN=${PIN:-1}
 [ "$(nproc)" -ge 2 ] || PIN=0
+SHARDS=${SHARDS:-3}
+[ "$SHARDS" -ge 1 ] 2>/dev/null || die "SHARDS must be a number >= 1"
+BACKEND_CPU=${BACKEND_CPU:-}
 
 # summarize DIR ARGS: the tables and the goals, from DIR/results.jsonl.
 summarize() {
@@ -90,6 +113,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 machine, argv = open(sys.argv[2]).read(), sys.argv[3]
 rate = int(next((r["report"]["rate"] for r in rows if r["scenario"] == "rate50"), 0) or 0)
 fdlimit = next((l.split(":", 1)[1].strip() for l in machine.splitlines() if l.startswith("fd limit:")), "?")
+shards = next((l.split(":", 1)[1].strip() for l in machine.splitlines() if l.startswith("shards:")), "3")
 med = statistics.median
 
 def get(system, scen, f=lambda r: r["ops_per_sec"]):
@@ -105,7 +129,7 @@ def ratio(ms, x):
 names = {
     "memcached": "memcached direct",
     "twemproxy": "twemproxy -> memcached",
-    "memshift": "memshift -> 3 Redis shards",
+    "memshift": f"memshift -> {shards} Redis shard{'s' if shards != '1' else ''}",
     "redis": "Redis direct (memshift-load, RESP)",
     "redis-benchmark": "Redis direct (redis-benchmark)",
     "memshift_binary": "memshift, binary protocol",
@@ -137,7 +161,7 @@ if bin_np or bin_p:
                    f"| {fmt(p16)} | {ratio(p16, ms_p)} | {fmt(get(s, 'p16', p99), 1)} |")
     out.append("")
 out.append("CPU used during those runs, in cores (server side = every process of the system: "
-           "memshift + its 3 shards, twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
+           f"memshift + its {shards} shard(s), twemproxy + memcached; 1.00 = the pinned core is saturated):\n")
 out.append("| system | server, no pipelining | load generator | other on the server core | server, pipeline 16 | load generator | other on the server core | steal % (np / p16) |")
 out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
 sut = lambda r: r["sut_cpu"]
@@ -156,9 +180,11 @@ for s in ["memcached", "twemproxy", "memshift", "redis", "redis-benchmark"]:
                f"| {fmt(cpu(s, 'np', stl) if s != 'redis-benchmark' else None, 1)} / {fmt(cpu(s, 'p16', stl) if s != 'redis-benchmark' else None, 1)} |")
 out.append("")
 out.append(f"Open loop at {rate:,} req/s, latency from the intended send time; proxy CPU = CPU time of "
-           "the proxy process alone (memshift, nutcracker; for the direct rows the server) per request:\n")
-out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % | proxy CPU us/request |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+           "the proxy process alone (memshift, nutcracker; for the direct rows the server) per request; "
+           "server CPU = every process of the system (proxy + backends), in cores: near 1.00 (when pinned "
+           "to one core) the core is saturated and latency is queueing:\n")
+out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % | proxy CPU us/request | server CPU, cores |")
+out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 def cpu_per_req(s):
     v = [1e6 * r["proxy_cpu_s"] / max(r["report"]["requests"], 1) for r in rows
          if r["system"] == s and r["scenario"] == "rate50" and "proxy_cpu_s" in r]
@@ -170,7 +196,7 @@ for s in ["memcached", "twemproxy", "memshift", "redis"]:
     out.append(f"| {names[s]} | {fmt(get(s, 'rate50'))} | {fmt(q('p50'), 1)} | {fmt(q('p90'), 1)} | {fmt(q('p99'), 1)} "
                f"| {fmt(q('p99_9'), 1)} | {fmt(get(s, 'rate50', lambda r: r['errors']['total']))} "
                f"| {fmt(lag('p50'), 1)} / {fmt(lag('p99'), 1)} | {fmt(cpu(s, 'rate50', lambda r: r.get('other_load_cpu')), 2)} | {fmt(stl, 1)} "
-               f"| {fmt(cpu_per_req(s), 1)} |")
+               f"| {fmt(cpu_per_req(s), 1)} | {fmt(cpu(s, 'rate50', sut), 2)} |")
 out.append("")
 out.append("Multi-get, 100 keys per get, 1 connection, one request at a time:\n")
 out.append("| system | gets/s | p50 us | p99 us |")
@@ -320,9 +346,16 @@ trap 'exit 130' INT TERM
 
 # Prefixes, not functions: a backgrounded function would be a subshell, and
 # $! (what cleanup kills and whose RSS is read) would not be the server.
-SUT=(); LOADGEN=()
+SUT=(); LOADGEN=(); BACKEND=()
 if [ "$PIN" -eq 1 ]; then
-    SUT=(taskset -c "$SUT_CPU"); LOADGEN=(taskset -c "$LOAD_CPU")
+    SUT=(nice -n "${NICE:-0}" taskset -c "$SUT_CPU"); LOADGEN=(nice -n "${NICE:-0}" taskset -c "$LOAD_CPU")
+    BACKEND=(nice -n "${NICE:-0}" taskset -c "${BACKEND_CPU:-$SUT_CPU}")
+fi
+# The cores whose busy time is charged to the run ("other" = the rest of it).
+SERVER_CPUS=$SUT_CPU
+if [ -n "$BACKEND_CPU" ] && [ "$BACKEND_CPU" != "$SUT_CPU" ]; then
+    SERVER_CPUS="$SUT_CPU $BACKEND_CPU"
+    [ "$BACKEND_CPU" = "$LOAD_CPU" ] || SERVER_CPUS+=" $LOAD_CPU"
 fi
 
 USED_PORTS=" "
@@ -339,10 +372,13 @@ free_port() {
     done
 }
 
-# start NAME PORT CMD...: start in the background (pinned), wait for PORT.
+# start NAME PORT CMD...: start in the background (pinned to the proxies'
+# core), wait for PORT. PLACE=backend: on the backends' core.
 start() {
     local name=$1 port=$2; shift 2
-    "${SUT[@]}" "$@" >"$OUT/$name.log" 2>&1 &
+    local pin=("${SUT[@]}")
+    [ "${PLACE:-}" = backend ] && pin=("${BACKEND[@]}")
+    "${pin[@]}" "$@" >"$OUT/$name.log" 2>&1 &
     PIDS+=($!)
     eval "PID_$name=$!"
     wait_for_port "$port" 15 || { cat "$OUT/$name.log" >&2; die "$name did not start on :$port"; }
@@ -351,11 +387,13 @@ start() {
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
 MC_PORT=$(free_port); NC_PORT=$(free_port); NC_STATS=$(free_port)
-MS_PORT=$(free_port); R_PORTS=("$(free_port)" "$(free_port)" "$(free_port)"); RD_PORT=$(free_port)
+MS_PORT=$(free_port); RD_PORT=$(free_port)
+R_PORTS=()
+for _ in $(seq 1 "$SHARDS"); do R_PORTS+=("$(free_port)"); done
 
 root_flag=()
 [ "$(id -u)" -eq 0 ] && root_flag=(-u root)
-start memcached "$MC_PORT" memcached -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 1 -m 1024 -c "$MAXCONN" "${root_flag[@]}"
+PLACE=backend start memcached "$MC_PORT" memcached -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 1 -m 1024 -c "$MAXCONN" "${root_flag[@]}"
 
 cat >"$WORK/nutcracker.yml" <<EOF
 bench:
@@ -375,10 +413,16 @@ start twemproxy "$NC_PORT" nutcracker -c "$WORK/nutcracker.yml" -s "$NC_STATS" -
 redis_start() {
     local name=$1 port=$2
     mkdir -p "$WORK/$name"
-    start "$name" "$port" redis-server --port "$port" --bind 127.0.0.1 --save "" \
+    PLACE=backend start "$name" "$port" redis-server --port "$port" --bind 127.0.0.1 --save "" \
         --appendonly no --daemonize no --dir "$WORK/$name" --maxclients "$MAXCONN"
 }
-for i in 0 1 2; do redis_start "shard$i" "${R_PORTS[$i]}"; done
+SHARD_PIDS=()
+SHARD_LIST=
+for i in "${!R_PORTS[@]}"; do
+    redis_start "shard$i" "${R_PORTS[$i]}"
+    eval "SHARD_PIDS+=(\$PID_shard$i)"
+    SHARD_LIST+="${SHARD_LIST:+, }\"127.0.0.1:${R_PORTS[$i]}\""
+done
 redis_start redis "$RD_PORT"
 
 cat >"$WORK/memshift.toml" <<EOF
@@ -393,7 +437,7 @@ level = "warn"
 listen = ""
 
 [redis]
-shards = ["127.0.0.1:${R_PORTS[0]}", "127.0.0.1:${R_PORTS[1]}", "127.0.0.1:${R_PORTS[2]}"]
+shards = [$SHARD_LIST]
 
 [migration]
 phase = "redis"
@@ -409,7 +453,7 @@ declare -A ADDR=(
 {
     SUT_PIDS_memcached="$PID_memcached"
     SUT_PIDS_twemproxy="$PID_twemproxy $PID_memcached"
-    SUT_PIDS_memshift="$PID_memshift $PID_shard0 $PID_shard1 $PID_shard2"
+    SUT_PIDS_memshift="$PID_memshift ${SHARD_PIDS[*]}"
     SUT_PIDS_redis="$PID_redis"
 }
 declare -A PROTO=([memcached]=memcache [twemproxy]=memcache [memshift]=memcache [redis]=redis)
@@ -426,12 +470,15 @@ SYSTEMS=(memcached twemproxy memshift redis)
     echo "versions: $(memcached -V), $(nutcracker -V 2>&1 | head -1), redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), $("$MEMSHIFT" --version 2>&1 | head -1)"
     if [ "$PIN" -eq 1 ]; then
         echo "pinning: servers on CPU $SUT_CPU, load generator on CPU $LOAD_CPU (taskset)"
+        [ -z "$BACKEND_CPU" ] || echo "backends (shards, memcached, the direct rows' servers) on CPU $BACKEND_CPU; other = busy time of CPUs $SERVER_CPUS not charged to the system or the load generator"
     else
         echo "pinning: none"
     fi
-    echo "memshift: server.threads = $MEMSHIFT_THREADS, 3 shards, connections_per_shard = 2 (default)"
+    echo "memshift: server.threads = $MEMSHIFT_THREADS, $SHARDS shard(s), connections_per_shard = 2 (default)"
+    echo "shards: $SHARDS"
     echo "memcached: -t 1; twemproxy: 1 server connection to memcached"
     echo "fd limit: $NOFILE"
+    echo "nice: ${NICE:-0}"
     echo "rounds: $ROUNDS x ${DUR}s"
 } | tee "$OUT/machine.txt" >&2
 
@@ -446,7 +493,13 @@ ticks() {
 }
 CLK_TCK=$(getconf CLK_TCK)
 # Busy ticks of one CPU (user nice system irq softirq steal), from /proc/stat.
-cpu_busy() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+cpu_busy() {
+    local c total=0
+    for c in "$@"; do
+        total=$(( total + $(awk -v c="cpu$c" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat) ))
+    done
+    echo "$total"
+}
 # Steal ticks of every CPU: time the hypervisor ran something else instead.
 steal() { awk '/^cpu / {print $9}' /proc/stat; }
 
@@ -463,13 +516,15 @@ run() {
     local proxy=${pids%% *} p0 p1
     p0=$(ticks "$proxy")
     local b0 b1 st0 st1 l0 l1
-    b0=$(cpu_busy "$SUT_CPU"); st0=$(steal); l0=$(cpu_busy "$LOAD_CPU")
+    # shellcheck disable=SC2086 # a list of CPUs
+    b0=$(cpu_busy $SERVER_CPUS); st0=$(steal); l0=$(cpu_busy "$LOAD_CPU")
     out=$("${LOADGEN[@]}" "$LOAD" --addr "${ADDR[$sys]}" --protocol "${PROTO[$sys]}" --json "$@" 2>>"$OUT/load.err") \
         || die "memshift-load failed for $sys/$scen (see $OUT/load.err)"
     # shellcheck disable=SC2086
     t1=$(ticks $pids); s1=$(date +%s.%N)
     p1=$(ticks "$proxy")
-    b1=$(cpu_busy "$SUT_CPU"); st1=$(steal); l1=$(cpu_busy "$LOAD_CPU")
+    # shellcheck disable=SC2086
+    b1=$(cpu_busy $SERVER_CPUS); st1=$(steal); l1=$(cpu_busy "$LOAD_CPU")
     local sut_cpu other stolen other_load
     sut_cpu=$(python3 -c "print(($t1 - $t0) / $CLK_TCK / ($s1 - $s0))")
     # The server core's busy time not charged to the system's processes:
@@ -477,6 +532,12 @@ run() {
     other=$(python3 -c "print(max(0.0, ($b1 - $b0 - $t1 + $t0) / $CLK_TCK / ($s1 - $s0)))")
     # Same for the load generator's core (its own CPU time comes in the report).
     other_load=$(printf '%s' "$out" | python3 -c "import json, sys; r = json.load(sys.stdin); d = $s1 - $s0; print(max(0.0, ($l1 - $l0) / $CLK_TCK / d - r['cpu_cores'] * r['elapsed_s'] / d))")
+    if [ "$SERVER_CPUS" != "$SUT_CPU" ]; then
+        # BACKEND_CPU: the counted cores include the load generator's; the
+        # noise on all of them is one figure.
+        other=$(printf '%s' "$out" | python3 -c "import json, sys; r = json.load(sys.stdin); d = $s1 - $s0; print(max(0.0, ($b1 - $b0 - $t1 + $t0) / $CLK_TCK / d - r['cpu_cores'] * r['elapsed_s'] / d))")
+        other_load=$other
+    fi
     # Share of the machine's CPU time the hypervisor took (all CPUs).
     stolen=$(python3 -c "print(($st1 - $st0) / $CLK_TCK / ($s1 - $s0) / $(nproc))")
     printf '{"system":"%s","scenario":"%s","round":%s,"proxy_cpu_s":%s,"sut_cpu":%s,"other_cpu":%s,"other_load_cpu":%s,"steal":%s,"load":"%s","report":%s}\n' \

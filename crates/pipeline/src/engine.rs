@@ -274,7 +274,11 @@ impl<C: Codec> Connection<C> {
                         // queue their requests too, so they go out in this
                         // same write (one send() and one backend wake-up
                         // for many unpipelined clients; measured on Redis:
-                        // 1.77x the throughput).
+                        // 1.77x the throughput). `yield_now` polls the
+                        // I/O driver before resuming us, so sessions whose
+                        // sockets became readable meanwhile join too; a
+                        // self-wake yield skips that `epoll_wait` but batched
+                        // less and cost more CPU (BENCHMARKS.md, "Issue 14").
                         tokio::task::yield_now().await;
                     }
                     while wbuf.len() < MAX_BATCH_BYTES {
