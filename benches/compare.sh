@@ -265,7 +265,7 @@ if mm and rm and cmds is not None:
          f"{cmds:.2f} commands per get; p50 {mm:.1f} us vs {rm:.1f} us = {mm / rm:.2f}x")
 zrows = [r for r in rows if r["scenario"] == "zipf-nc"]
 if zrows:
-    names["memshiftnc"] = "memshift + near cache -> 3 Redis shards"
+    names["memshiftnc"] = f"memshift + near cache -> {shards} Redis shard{'s' if shards != '1' else ''}"
     out.append("\nNear cache: zipf 0.99 over 100,000 keys, 90% get / 10% set, 100 B, 50 connections, no pipelining:\n")
     out.append("| system | ops/s | p50 us | p99 us | errors |")
     out.append("|---|---:|---:|---:|---:|")
@@ -740,7 +740,7 @@ start memshiftnc "$MSNC_PORT" "$MEMSHIFT" --config "$WORK/memshift-nc.toml"
 ADDR[memshiftnc]=127.0.0.1:$MSNC_PORT
 PROTO[memshiftnc]=memcache
 # shellcheck disable=SC2154 # PID_* are set by start() through eval
-SUT_PIDS_memshiftnc="$PID_memshiftnc $PID_shard0 $PID_shard1 $PID_shard2"
+SUT_PIDS_memshiftnc="$PID_memshiftnc ${SHARD_PIDS[*]}"
 # near_cache_stats ROUND: the near cache's `stats` lines as one JSON line.
 near_cache_stats() {
     python3 - "$MSNC_PORT" "$1" <<'PY' >>"$RESULTS"
