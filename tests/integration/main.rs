@@ -7,6 +7,7 @@
 mod auth;
 mod cas_concurrency;
 mod cluster;
+mod cluster_copy;
 mod deploy;
 mod differential;
 mod memccapable;
