@@ -8,6 +8,7 @@ mod auth;
 mod cas_concurrency;
 mod cluster;
 mod cluster_copy;
+mod cluster_reload;
 mod deploy;
 mod differential;
 mod memccapable;
