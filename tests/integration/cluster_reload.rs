@@ -157,7 +157,8 @@ fn cluster_reload_applies_seeds_and_timeout() {
     let key = "reload:key";
     let mut c = memshift.client();
     // Longer than the pauses below, on a loaded box too.
-    c.set_read_timeout(Duration::from_secs(30)).expect("timeout");
+    c.set_read_timeout(Duration::from_secs(30))
+        .expect("timeout");
     c.set(key, b"v").expect("set");
     let node = nodes.master_of(nodes.keyslot(key));
     let paused_get = |c: &mut McClient, pause_ms: u64| {

@@ -9,6 +9,7 @@ mod cas_concurrency;
 mod cluster;
 mod cluster_copy;
 mod cluster_reload;
+mod cluster_tls;
 mod deploy;
 mod differential;
 mod memccapable;

@@ -80,13 +80,14 @@ impl Cluster {
     /// timeout), connect to every node, and start the refresh task.
     pub fn start(config: &Config, metrics: &Metrics) -> Result<Arc<Cluster>, String> {
         let redis = &config.redis;
+        let tls = crate::tls::RedisTls::from_config(redis).map_err(|e| e.to_string())?;
         let settings = |addr: &str| ConnectionSettings {
             addr: addr.to_string(),
             username: redis.username.clone(),
             password: redis.password.clone(),
             timeout: Duration::from_millis(redis.timeout_ms),
             connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
-            tls: None,
+            tls: tls.as_ref().map(|t| t.for_shard(addr)),
         };
         let seed = redis
             .cluster_nodes
