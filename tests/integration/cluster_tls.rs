@@ -1,5 +1,6 @@
 //! `redis.tls` in cluster mode: memshift reads the topology and talks to
-//! every node of a TLS-only Redis Cluster (`--tls-cluster yes`) over TLS,
+//! every node of a Redis Cluster (`--tls-cluster yes`, plaintext ports
+//! open too) over TLS,
 //! with the nodes' certificates verified against `tls_ca`.
 
 use memshift_tests::process::start_memshift_on_free_ports;

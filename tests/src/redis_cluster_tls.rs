@@ -1,5 +1,6 @@
-//! A real Redis Cluster that speaks only TLS: 6 nodes (`--port 0
-//! --tls-port N --tls-cluster yes --tls-replication yes`) joined by
+//! A real Redis Cluster over TLS: 6 nodes (`--tls-port N --tls-cluster yes
+//! --tls-replication yes`, and a plaintext `--port` too, which a TLS client
+//! must not be sent to) joined by
 //! `redis-cli --tls --cluster create` into 3 masters with one replica each,
 //! stopped by PID on drop. Clients need the CA, no certificate.
 
@@ -146,7 +147,7 @@ fn spawn_node(
     let node_dir = dir.path().join(format!("n{i}-{port}"));
     std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
     let mut cmd = Command::new("redis-server");
-    cmd.args(["--port", "0"])
+    cmd.args(["--port", &free_port().to_string()])
         .args(["--tls-port", &port.to_string()])
         .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
         .arg("--tls-cert-file")

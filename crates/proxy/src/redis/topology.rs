@@ -158,9 +158,14 @@ pub fn discover(seeds: &[String], settings: &ConnectionSettings) -> Result<Topol
 }
 
 fn discover_from(seed: &str, settings: &ConnectionSettings) -> Result<Topology, String> {
-    let reply = query(seed, settings, &[b"CLUSTER", b"SHARDS"])?;
-    if let Some(t) = Topology::from_shards(&reply) {
-        return Ok(t);
+    // Over TLS, `CLUSTER SHARDS` lists a node's plaintext `port` next to
+    // its `tls-port`; `CLUSTER SLOTS` answers with the ports of the asking
+    // connection's kind, as `-MOVED` does.
+    if settings.tls.is_none() {
+        let reply = query(seed, settings, &[b"CLUSTER", b"SHARDS"])?;
+        if let Some(t) = Topology::from_shards(&reply) {
+            return Ok(t);
+        }
     }
     let reply = query(seed, settings, &[b"CLUSTER", b"SLOTS"])?;
     Topology::from_slots(&reply).ok_or_else(|| match reply {
