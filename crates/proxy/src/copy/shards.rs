@@ -167,7 +167,9 @@ async fn copy(
 
     let started = Instant::now();
     let counters = Arc::new(Counters::default());
-    let listed = AtomicU64::new(0);
+    let mut listed = 0u64;
+    // Keys started (the owner's): what `--rate` paces.
+    let mut paced = 0u64;
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = tokio::task::JoinSet::new();
     let mut last_progress = Instant::now();
@@ -178,7 +180,7 @@ async fn copy(
                 ProxyError::Other(format!("SCAN of shard {}: {e}", from.shards[shard].id))
             })?;
             for key in keys {
-                let n = listed.fetch_add(1, Ordering::Relaxed);
+                listed += 1;
                 // Only the owner's copy is what memshift reads.
                 if from.owner(&key) != shard {
                     counters.not_owner.fetch_add(1, Ordering::Relaxed);
@@ -187,9 +189,10 @@ async fn copy(
                 }
                 if let Some(rate) = options.rate.filter(|r| *r > 0) {
                     // Pace starts so that key n begins no earlier than n / rate.
-                    let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
+                    let due = started + Duration::from_secs_f64(paced as f64 / rate as f64);
                     tokio::time::sleep_until(due.into()).await;
                 }
+                paced += 1;
                 let Ok(permit) = limit.clone().acquire_owned().await else {
                     break;
                 };
@@ -221,7 +224,7 @@ async fn copy(
     let c = &counters;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let summary = CopySummary {
-        listed: listed.load(Ordering::Relaxed),
+        listed,
         copied: get(&c.copied),
         already_present: 0,
         skipped_expired: get(&c.skipped_expired),
