@@ -44,7 +44,7 @@ fn exptime(i: usize) -> u64 {
 
 fn key(i: usize) -> String {
     // A few hash-tagged keys: several keys of one cluster slot.
-    if i % 50 == 0 {
+    if i.is_multiple_of(50) {
         format!("{{copy-tag}}:{i}")
     } else {
         format!("copy:{i}")
