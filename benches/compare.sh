@@ -574,8 +574,16 @@ done
 # memshift in mode = "cluster" with the same settings, pinned like the rest.
 # Each round runs both memshifts back to back (scenarios cl-np, cl-p16), so
 # the ratio compares like with like. CLUSTER_BENCH=0 skips it.
+# A cluster node also listens on its port + 10000 (the cluster bus).
+cluster_port() {
+    local p
+    while :; do
+        p=$(free_port)
+        port_in_use $(( p + 10000 )) || { echo "$p"; return; }
+    done
+}
 if [ "${CLUSTER_BENCH:-1}" = 1 ]; then
-    C_PORTS=("$(free_port)" "$(free_port)" "$(free_port)"); MSC_PORT=$(free_port)
+    C_PORTS=("$(cluster_port)" "$(cluster_port)" "$(cluster_port)"); MSC_PORT=$(free_port)
     for i in 0 1 2; do
         mkdir -p "$WORK/cnode$i"
         start "cnode$i" "${C_PORTS[$i]}" redis-server --port "${C_PORTS[$i]}" --bind 127.0.0.1 \
