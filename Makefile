@@ -10,7 +10,9 @@ CARGO ?= cargo
 .PHONY: run run-tls test bench deps
 
 ## run: install what is missing, start 3 Redis shards + memcached on loopback,
-##      build and run memshift with config/local.toml (Ctrl-C stops everything)
+##      build and run memshift with config/local.toml (Ctrl-C stops everything);
+##      CLUSTER=1 make run: a local 6-node Redis Cluster (3 masters, 3 replicas)
+##      on 127.0.0.1:7000-7005 instead, memshift in mode = "cluster"
 run:
 	./scripts/run-local.sh
 

@@ -14,7 +14,8 @@
 # open loop at 50% of memshift's max throughput; memory per idle client
 # connection (10,000 idle connections); a 100-key multi-get; and (full runs)
 # the largest idle-connection count the fd limit allows with a 50-connection
-# load running.
+# load running. Scenario "cluster": memshift -> a 3-master Redis Cluster vs
+# memshift -> the 3 shards, back to back per round (CLUSTER_BENCH=0 skips it).
 #
 # Near cache (its own block): zipf 0.99 over the same 100,000 keys, 90/10,
 # 100 B, 50 connections, no pipelining: memcached direct vs memshift vs a
@@ -56,7 +57,8 @@
 # Knobs (environment): ROUNDS, DUR (seconds per run), MEMSHIFT_THREADS,
 # SUT_CPU, LOAD_CPU, BACKEND_CPU, SHARDS, NICE, PIN, QUIET_LOAD, RATE (open-loop
 # requests/s; default 50% of memshift's closed-loop max), MEMSHIFT_BIN
-# (binary to measure).
+# (binary to measure), CLUSTER_BENCH (1: run the cluster scenario, default;
+# 0: skip it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -220,6 +222,17 @@ for r in rows:
                    f"| {r['rss_before_kb']:,} | {r['rss_during_kb']:,} | {per:.2f} | {errs} |")
 out.append("")
 
+cl = [(s, get("memshift", s), get("memshift_cluster", s)) for s in ("cl-np", "cl-p16")]
+if any(c for _, _, c in cl):
+    out.append("memshift -> 3-master Redis Cluster vs memshift -> 3 standalone shards, same settings, "
+               "back to back in each round (median of the rounds):\n")
+    out.append("| load | shards ops/s | p99 us | cluster ops/s | p99 us | cluster / shards |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for scen, sh, c in cl:
+        out.append(f"| {'no pipelining' if scen == 'cl-np' else 'pipeline 16'} | {fmt(sh)} | {fmt(get('memshift', scen, p99), 1)} "
+                   f"| {fmt(c)} | {fmt(get('memshift_cluster', scen, p99), 1)} | {ratio(c, sh)} |")
+    out.append("")
+
 def goal(text, ok, detail):
     out.append(f"- {'MET' if ok else 'MISSED'}: {text} — {detail}")
 
@@ -287,6 +300,10 @@ if zrows:
         goal("near cache, zipf 0.99, no pipelining: memshift >= 1.0x memcached direct, p50 <= memcached's",
              nc / mcz >= 1.0 and n50 <= c50,
              f"{nc / mcz:.2f}x; p50 {n50:.1f} us vs {c50:.1f} us")
+for scen, sh, c in cl:
+    if sh and c:
+        goal(f"{'no pipelining' if scen == 'cl-np' else 'pipeline 16'}: memshift on a 3-master cluster >= 0.9x on 3 shards",
+             c / sh >= 0.9, f"{c / sh:.2f}x")
 print("\n".join(out))
 PY
 }
@@ -671,6 +688,61 @@ PY
         fi
     done
 done
+
+# --- scenario "cluster": memshift -> 3-master Redis Cluster vs memshift -> 3 shards ----
+# Self-contained: 3 cluster-enabled redis-servers (no replicas, like the
+# standalone shards), joined by redis-cli --cluster create, and a second
+# memshift in mode = "cluster" with the same settings, pinned like the rest.
+# Each round runs both memshifts back to back (scenarios cl-np, cl-p16), so
+# the ratio compares like with like. CLUSTER_BENCH=0 skips it.
+# A cluster node also listens on its port + 10000 (the cluster bus).
+cluster_port() {
+    local p
+    while :; do
+        p=$(free_port)
+        port_in_use $(( p + 10000 )) || { echo "$p"; return; }
+    done
+}
+if [ "${CLUSTER_BENCH:-1}" = 1 ]; then
+    C_PORTS=("$(cluster_port)" "$(cluster_port)" "$(cluster_port)"); MSC_PORT=$(free_port)
+    for i in 0 1 2; do
+        mkdir -p "$WORK/cnode$i"
+        start "cnode$i" "${C_PORTS[$i]}" redis-server --port "${C_PORTS[$i]}" --bind 127.0.0.1 \
+            --cluster-enabled yes --cluster-config-file nodes.conf --save "" --appendonly no \
+            --daemonize no --dir "$WORK/cnode$i" --maxclients "$MAXCONN"
+    done
+    redis-cli --cluster create "127.0.0.1:${C_PORTS[0]}" "127.0.0.1:${C_PORTS[1]}" \
+        "127.0.0.1:${C_PORTS[2]}" --cluster-replicas 0 --cluster-yes >"$OUT/cluster-create.log" 2>&1 \
+        || die "redis-cli --cluster create failed (see $OUT/cluster-create.log)"
+    for p in "${C_PORTS[@]}"; do
+        tries=300
+        until redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; do
+            tries=$(( tries - 1 )); [ "$tries" -gt 0 ] || die "cluster node :$p not ok after 30 s"
+            sleep 0.1
+        done
+    done
+    sed -e "s/127.0.0.1:$MS_PORT/127.0.0.1:$MSC_PORT/" \
+        -e "s|^shards = .*|mode = \"cluster\"\ncluster_nodes = [\"127.0.0.1:${C_PORTS[0]}\", \"127.0.0.1:${C_PORTS[1]}\"]|" \
+        "$WORK/memshift.toml" >"$WORK/memshift-cluster.toml"
+    cp "$WORK/memshift-cluster.toml" "$OUT/memshift-cluster.toml"
+    start memshift_cluster "$MSC_PORT" "$MEMSHIFT" --config "$WORK/memshift-cluster.toml"
+    ADDR[memshift_cluster]=127.0.0.1:$MSC_PORT
+    PROTO[memshift_cluster]=memcache
+    # shellcheck disable=SC2154 # PID_* are set by start() through eval
+    SUT_PIDS_memshift_cluster="$PID_memshift_cluster $PID_cnode0 $PID_cnode1 $PID_cnode2"
+    log "cluster: prefilling $KEYS keys through memshift in cluster mode"
+    run memshift_cluster prefill 0 --warmup --requests 0 --keys "$KEYS" --value-size "$VALUE" --conns 16
+    for round in $(seq 1 "$ROUNDS"); do
+        wait_quiet
+        log "round $round/$ROUNDS: cluster vs shards, 90/10, $CONNS conns (load average $(cut -d' ' -f1 /proc/loadavg))"
+        for pipe in 1 16; do
+            scen=cl-np; [ "$pipe" = 16 ] && scen=cl-p16
+            for sys in memshift memshift_cluster; do
+                run "$sys" "$scen" "$round" "${shape[@]}" --pipeline "$pipe"
+            done
+        done
+    done
+fi
 
 # Memory per idle connection: RSS with IDLE idle connections minus RSS with none.
 idle_rss() { # SYSTEM PID COUNT SCENARIO [extra memshift-load args]

@@ -1,11 +1,12 @@
 //! libmemcached's `memccapable -a` (ASCII tests) and `memccapable -b`
 //! (binary protocol tests) against a real memcached 1.6 and against
-//! memshift: every test that passes against memcached must pass against
-//! memshift.
+//! memshift, over standalone shards and (ASCII) in `mode = "cluster"`:
+//! every test that passes against memcached must pass against memshift.
 
 use std::process::Command;
 use std::time::Duration;
 
+use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{require_tools, run_with_timeout, Cluster, Memcached};
 
 /// `(test name, status)` from lines like `ascii set      [pass]` (or
@@ -38,18 +39,98 @@ fn passed(results: &[(String, String)]) -> usize {
     results.iter().filter(|(_, s)| s == "pass").count()
 }
 
+/// The memccapable tests that pass against memcached and not against
+/// memshift, as `name: status` lines.
+fn regressions(want: &[(String, String)], got: &[(String, String)]) -> Vec<String> {
+    want.iter()
+        .filter(|(_, s)| s == "pass")
+        .filter_map(|(name, _)| {
+            let status = got
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.as_str())
+                .unwrap_or("not run");
+            (status != "pass").then(|| format!("{name}: {status}"))
+        })
+        .collect()
+}
+
+/// The last `n` characters of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let skip = text.chars().count().saturating_sub(n);
+    text.chars().skip(skip).collect()
+}
+
+/// A memshift over standalone shards (the default test `Cluster`): its port,
+/// and its stderr for the failure message (the closure owns the processes,
+/// so they live until the comparison is done).
+fn over_shards() -> (u16, Box<dyn Fn() -> String>) {
+    let cluster = Cluster::start();
+    let port = cluster.memshift.port();
+    (
+        port,
+        Box::new(move || {
+            // The whole cluster (shards too), not just its memshift field:
+            // the closure keeps it running until the end.
+            let cluster = &cluster;
+            cluster.memshift.stderr()
+        }),
+    )
+}
+
 #[test]
 fn memccapable_ascii() {
-    compare_with_memcached("memccapable_ascii", "-a");
+    compare_with_memcached(
+        "memccapable_ascii",
+        "-a",
+        &["memccapable", "memcached", "redis-server"],
+        over_shards,
+    );
 }
 
 #[test]
 fn memccapable_binary() {
-    compare_with_memcached("memccapable_binary", "-b");
+    compare_with_memcached(
+        "memccapable_binary",
+        "-b",
+        &["memccapable", "memcached", "redis-server"],
+        over_shards,
+    );
 }
 
-fn compare_with_memcached(test: &str, mode: &str) {
-    if !require_tools(test, &["memccapable", "memcached", "redis-server"]) {
+/// The ASCII tests with memshift in `mode = "cluster"` on a 6-node Redis
+/// Cluster.
+#[test]
+fn memccapable_ascii_redis_cluster() {
+    compare_with_memcached(
+        "memccapable_ascii_redis_cluster",
+        "-a",
+        &["memccapable", "memcached", "redis-server", "redis-cli"],
+        || {
+            let nodes = RedisClusterNodes::start();
+            let (memshift, _) = nodes.memshift("");
+            let port = memshift.port();
+            (
+                port,
+                Box::new(move || {
+                    // Keeps the cluster nodes running until the end.
+                    let _nodes = &nodes;
+                    memshift.stderr()
+                }),
+            )
+        },
+    );
+}
+
+/// memccapable `mode` (`-a` or `-b`) against memcached, then against the
+/// memshift `start` gives.
+fn compare_with_memcached(
+    test: &str,
+    mode: &str,
+    tools: &[&str],
+    start: impl FnOnce() -> (u16, Box<dyn Fn() -> String>),
+) {
+    if !require_tools(test, tools) {
         return;
     }
     let reference = Memcached::start();
@@ -60,41 +141,21 @@ fn compare_with_memcached(test: &str, mode: &str) {
     );
     drop(reference);
 
-    let cluster = Cluster::start();
-    let (got, got_text) = run(cluster.memshift.port(), mode);
+    let (port, stderr) = start();
+    let (got, got_text) = run(port, mode);
     eprintln!(
-        "memccapable {mode}: memcached passes {}/{}, memshift passes {}/{}",
+        "{test}: memcached passes {}/{}, memshift passes {}/{}",
         passed(&want),
         want.len(),
         passed(&got),
         want.len()
     );
-    let regressions: Vec<String> = want
-        .iter()
-        .filter(|(_, s)| s == "pass")
-        .filter_map(|(name, _)| {
-            let status = got
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, s)| s.as_str())
-                .unwrap_or("not run");
-            (status != "pass").then(|| format!("{name}: {status}"))
-        })
-        .collect();
+    let regressions = regressions(&want, &got);
     assert!(
         regressions.is_empty(),
         "memccapable tests that pass against memcached but not against memshift:\n  {}\n\nmemccapable output against memshift:\n{got_text}\nmemshift stderr (tail):\n{}",
         regressions.join("\n  "),
-        cluster
-            .memshift
-            .stderr()
-            .chars()
-            .rev()
-            .take(3000)
-            .collect::<String>()
-            .chars()
-            .rev()
-            .collect::<String>()
+        tail(&stderr(), 3000)
     );
 }
 

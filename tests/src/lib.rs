@@ -13,6 +13,7 @@ pub mod ops_support;
 pub mod process;
 pub mod python;
 pub mod redis_cluster;
+pub mod redis_cluster_tls;
 pub mod resp;
 pub mod tls;
 pub mod verify;

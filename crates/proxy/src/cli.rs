@@ -29,9 +29,12 @@ pub enum Command {
         keys: usize,
         change: Option<RingChange>,
     },
-    /// Copy the legacy pool into Redis.
+    /// Copy the legacy pool (or, with `from_shards`, another config's
+    /// standalone Redis shards) into the config's Redis.
     Copy {
         config: PathBuf,
+        /// `--from-shards FILE`: the config whose `[redis] shards` are the source.
+        from_shards: Option<PathBuf>,
         dry_run: bool,
         /// Keys per second.
         rate: Option<u64>,
@@ -84,8 +87,10 @@ usage:
                                           share of N sample keys (\"key:0\"..\"key:N-1\",
                                           default 100000) per Redis shard; with --add or
                                           --remove, how many keys move, and where
-  memshift copy --config FILE [--dry-run] [--rate KEYS_PER_S] [--verify]
-                                          copy the legacy memcached pool into Redis
+  memshift copy --config FILE [--from-shards OLD] [--dry-run] [--rate KEYS_PER_S] [--verify]
+                                          copy the legacy memcached pool into Redis; with
+                                          --from-shards, copy OLD's standalone Redis
+                                          shards into FILE's Redis (e.g. a cluster)
   memshift --version | -V
   memshift --help | -h
 
@@ -176,6 +181,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
     let mut change: Option<RingChange> = None;
     let (mut dry_run, mut verify) = (false, false);
     let mut rate: Option<u64> = None;
+    let mut from_shards: Option<PathBuf> = None;
 
     while let Some(arg) = it.next() {
         if !arg.starts_with('-') || arg == "-" {
@@ -248,6 +254,14 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
                 }
                 *flag = true;
             }
+            "--from-shards" => {
+                allowed(&[Sub::Copy])?;
+                let v = value(&opt, inline, &mut it)?;
+                if v.is_empty() {
+                    return Err(bad(&opt, v, "empty path"));
+                }
+                set_once(&mut from_shards, PathBuf::from(v), &opt)?;
+            }
             "--rate" => {
                 allowed(&[Sub::Copy])?;
                 let v = value(&opt, inline, &mut it)?;
@@ -272,6 +286,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
         },
         Sub::Copy => Command::Copy {
             config,
+            from_shards,
             dry_run,
             rate,
             verify,
@@ -423,6 +438,7 @@ mod tests {
             parse(&["copy", "--config", "a.toml"]),
             Ok(Command::Copy {
                 config: path("a.toml"),
+                from_shards: None,
                 dry_run: false,
                 rate: None,
                 verify: false
@@ -439,9 +455,34 @@ mod tests {
             ]),
             Ok(Command::Copy {
                 config: path("a.toml"),
+                from_shards: None,
                 dry_run: true,
                 rate: Some(5000),
                 verify: true
+            })
+        );
+        assert_eq!(
+            parse(&[
+                "copy",
+                "--from-shards",
+                "old.toml",
+                "--config",
+                "new.toml",
+                "--verify"
+            ]),
+            Ok(Command::Copy {
+                config: path("new.toml"),
+                from_shards: Some(path("old.toml")),
+                dry_run: false,
+                rate: None,
+                verify: true
+            })
+        );
+        assert_eq!(
+            parse(&["--config", "a", "--from-shards=b"]),
+            Err(CliError::NotForCommand {
+                option: "--from-shards".into(),
+                command: "run"
             })
         );
     }

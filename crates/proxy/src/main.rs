@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         },
         Command::Copy {
             config,
+            from_shards,
             dry_run,
             rate,
             verify,
@@ -33,7 +34,11 @@ fn main() -> ExitCode {
                 rate,
                 verify,
             };
-            match memshift_proxy::copy::run(&config, options) {
+            let copied = match &from_shards {
+                Some(shards) => memshift_proxy::copy::run_from_shards(&config, shards, options),
+                None => memshift_proxy::copy::run(&config, options),
+            };
+            match copied {
                 // --verify fails when anything differs, so scripts can gate on it.
                 Ok(s) if verify && (s.mismatched > 0 || s.failed > 0) => ExitCode::FAILURE,
                 Ok(s) if s.failed > 0 => ExitCode::FAILURE,

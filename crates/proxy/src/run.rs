@@ -270,7 +270,12 @@ async fn reload_on_hangup(
                     .store(Arc::new(crate::proxy::Settings::from_config(&new)));
                 proxy.metrics.config_reload(true);
                 crate::tls::reload_server(server_tls.as_deref(), &new);
-                tracing::info!(shards = new.redis.shards.len(), "config reloaded");
+                tracing::info!(
+                    mode = new.redis.mode.as_str(),
+                    shards = new.redis.shards.len(),
+                    cluster_nodes = new.redis.cluster_nodes.len(),
+                    "config reloaded"
+                );
             }
             Err(e) => {
                 proxy.metrics.config_reload(false);

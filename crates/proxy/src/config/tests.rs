@@ -1004,8 +1004,12 @@ fn cluster_mode_errors_are_named() {
     assert_mentions(&e, &["redis.cluster_nodes[0]", "bad address"]);
     let e = err_full(&format!("{CLUSTER}on_shard_down = \"eject\"\n"));
     assert_mentions(&e, &["redis.on_shard_down", "cluster"]);
-    let e = err_full(&format!("{CLUSTER}tls = true\n"));
-    assert_mentions(&e, &["redis.tls", "cluster"]);
+    // TLS to the cluster's nodes is allowed; its keys keep their rules.
+    let c =
+        Config::from_toml_str(&format!("{CLUSTER}tls = true\n")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.redis.tls);
+    let e = err_full(&format!("{CLUSTER}tls_ca = \"/ca.pem\"\n"));
+    assert_mentions(&e, &["redis.tls_ca", "tls = true"]);
     let e = err_full(&CLUSTER.replace("\"cluster\"", "\"sentinel\""));
     assert_mentions(&e, &["standalone", "cluster"]);
 }

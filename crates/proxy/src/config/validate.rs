@@ -136,9 +136,6 @@ fn redis_cluster(r: &RedisConfig) -> Check {
         }
     }
     at_least("redis.cluster_refresh_ms", r.cluster_refresh_ms, 100)?;
-    if r.tls {
-        return Err("redis.tls: not supported with mode = \"cluster\" yet (the cluster's nodes would be reached in plaintext)".into());
-    }
     if r.on_shard_down == super::ShardDownPolicy::Eject {
         return Err("redis.on_shard_down: \"eject\" does not apply with mode = \"cluster\" (the cluster fails over to a replica itself); use \"fail\"".into());
     }

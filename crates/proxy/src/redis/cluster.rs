@@ -496,7 +496,9 @@ fn spawn_refresh(cluster: Weak<Cluster>, asked: Arc<Notify>, every: Duration) {
 async fn read_topology(c: &Cluster) -> Option<Topology> {
     let nodes: Vec<Arc<Shard>> = c.map.load().nodes.iter().flatten().cloned().collect();
     for node in &nodes {
-        if let Some(t) = ask(node, &[b"CLUSTER", b"SHARDS"])
+        // Over TLS, `CLUSTER SLOTS` only (see `topology::discover`).
+        let tls = node.settings().tls.is_some();
+        if let Some(t) = ask_unless(tls, node, &[b"CLUSTER", b"SHARDS"])
             .await
             .as_ref()
             .and_then(Topology::from_shards)
@@ -512,6 +514,13 @@ async fn read_topology(c: &Cluster) -> Option<Topology> {
         }
     }
     None
+}
+
+async fn ask_unless(skip: bool, node: &Shard, cmd: &[&[u8]]) -> Option<Frame> {
+    if skip {
+        return None;
+    }
+    ask(node, cmd).await
 }
 
 async fn ask(node: &Shard, cmd: &[&[u8]]) -> Option<Frame> {

@@ -158,9 +158,14 @@ pub fn discover(seeds: &[String], settings: &ConnectionSettings) -> Result<Topol
 }
 
 fn discover_from(seed: &str, settings: &ConnectionSettings) -> Result<Topology, String> {
-    let reply = query(seed, settings, &[b"CLUSTER", b"SHARDS"])?;
-    if let Some(t) = Topology::from_shards(&reply) {
-        return Ok(t);
+    // Over TLS, `CLUSTER SHARDS` lists a node's plaintext `port` next to
+    // its `tls-port`; `CLUSTER SLOTS` answers with the ports of the asking
+    // connection's kind, as `-MOVED` does.
+    if settings.tls.is_none() {
+        let reply = query(seed, settings, &[b"CLUSTER", b"SHARDS"])?;
+        if let Some(t) = Topology::from_shards(&reply) {
+            return Ok(t);
+        }
     }
     let reply = query(seed, settings, &[b"CLUSTER", b"SLOTS"])?;
     Topology::from_slots(&reply).ok_or_else(|| match reply {
@@ -169,6 +174,9 @@ fn discover_from(seed: &str, settings: &ConnectionSettings) -> Result<Topology, 
     })
 }
 
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 /// One command on a fresh blocking connection (after `AUTH` when set).
 fn query(addr: &str, settings: &ConnectionSettings, cmd: &[&[u8]]) -> Result<Frame, String> {
     let sock = addr
@@ -176,10 +184,15 @@ fn query(addr: &str, settings: &ConnectionSettings, cmd: &[&[u8]]) -> Result<Fra
         .map_err(|e| e.to_string())?
         .next()
         .ok_or("no address")?;
-    let mut tcp =
+    let tcp =
         TcpStream::connect_timeout(&sock, settings.connect_timeout).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(settings.connect_timeout + settings.timeout))
         .map_err(|e| e.to_string())?;
+    // `redis.tls`: the same TLS as the nodes' pipelined connections.
+    let mut tcp: Box<dyn ReadWrite> = match &settings.tls {
+        None => Box::new(tcp),
+        Some(tls) => Box::new(crate::tls::connect_shard_blocking(tls, tcp)?),
+    };
     let mut out = BytesMut::new();
     let mut skip = 0;
     if let Some(password) = &settings.password {

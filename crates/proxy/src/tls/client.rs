@@ -156,6 +156,20 @@ pub async fn connect_shard(
         .map_err(|e| format!("tls handshake: {e}"))
 }
 
+/// Blocking client handshake (the cluster topology's first read, before
+/// the runtime's connections exist): the stream, not yet handshaken; the
+/// handshake runs on its first read or write.
+pub fn connect_shard_blocking(
+    tls: &ShardTls,
+    tcp: std::net::TcpStream,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>, String> {
+    let name = ServerName::try_from(tls.server_name.clone())
+        .map_err(|e| format!("tls server name {:?}: {e}", tls.server_name))?;
+    let conn =
+        rustls::ClientConnection::new(tls.config.clone(), name).map_err(|e| format!("tls: {e}"))?;
+    Ok(rustls::StreamOwned::new(conn, tcp))
+}
+
 /// `host:port` → host, without IPv6 brackets.
 fn host_of(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);

@@ -23,7 +23,7 @@ pub mod server;
 #[cfg(test)]
 mod test_support;
 
-pub use client::{connect_shard, RedisTls, ShardTls};
+pub use client::{connect_shard, connect_shard_blocking, RedisTls, ShardTls};
 pub use server::{reload_server, server_config, ServerStream, ServerTls};
 
 /// Why certificates or keys could not be used. `Display` is one line naming

@@ -5,6 +5,12 @@
 //! Items are written with `SET … NX`: a key Redis already has (a live write
 //! through memshift, or an earlier copy) is newer than or equal to what the
 //! dump read, and is left alone.
+//!
+//! `--from-shards` copies from standalone Redis shards instead ([`shards`]).
+
+mod shards;
+
+pub use shards::run_from_shards;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -68,6 +74,10 @@ struct Counters {
     bytes: AtomicU64,
     matched: AtomicU64,
     mismatched: AtomicU64,
+    /// `--from-shards`: keys found on a shard that does not own them.
+    not_owner: AtomicU64,
+    /// `--from-shards`: keys that are not memshift items.
+    foreign: AtomicU64,
 }
 
 /// Run the copy described by the config file; prints progress and a summary.
