@@ -226,8 +226,14 @@ mod tests {
             out(&pairs, RespVersion::Resp3, Shape::ScorePairs),
             b"*1\r\n*2\r\n$1\r\nf\r\n,1.5\r\n"
         );
-        assert_eq!(out(&Frame::Null, RespVersion::Resp3, Shape::Double), b"_\r\n");
-        assert_eq!(out(&Frame::Null, RespVersion::Resp2, Shape::Plain), b"$-1\r\n");
+        assert_eq!(
+            out(&Frame::Null, RespVersion::Resp3, Shape::Double),
+            b"_\r\n"
+        );
+        assert_eq!(
+            out(&Frame::Null, RespVersion::Resp2, Shape::Plain),
+            b"$-1\r\n"
+        );
         assert_eq!(
             out(&Frame::Integer(-3), RespVersion::Resp2, Shape::Plain),
             b":-3\r\n"

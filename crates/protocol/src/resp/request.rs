@@ -352,7 +352,10 @@ mod tests {
     fn redis_errors() {
         assert_eq!(one(b"*1\r\n*1\r\n"), Err(RequestError::ExpectedBulk(b'*')));
         assert_eq!(one(b"*x\r\n"), Err(RequestError::InvalidMultibulkLength));
-        assert_eq!(one(b"*1048577\r\n"), Err(RequestError::InvalidMultibulkLength));
+        assert_eq!(
+            one(b"*1048577\r\n"),
+            Err(RequestError::InvalidMultibulkLength)
+        );
         assert_eq!(one(b"*1\r\n$-1\r\n"), Err(RequestError::InvalidBulkLength));
         assert_eq!(
             one(b"*1\r\n$536870913\r\n"),
@@ -389,7 +392,15 @@ mod tests {
         assert_eq!(string2ll(b"0"), Some(0));
         assert_eq!(string2ll(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(string2ll(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [&b""[..], b"-", b"01", b"+1", b" 1", b"9223372036854775808", b"-0"] {
+        for bad in [
+            &b""[..],
+            b"-",
+            b"01",
+            b"+1",
+            b" 1",
+            b"9223372036854775808",
+            b"-0",
+        ] {
             assert_eq!(string2ll(bad), None, "{bad:?}");
         }
     }

@@ -23,6 +23,10 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("max_pending_replies", s.max_pending_replies);
     o.raw("max_pending_bytes", s.max_pending_bytes);
     o.raw("max_line_length", s.max_line_length);
+    o.addr("resp_listen", s.resp_listen);
+    o.addr("resp_tls_listen", s.resp_tls_listen);
+    o.opt_str("resp_password", s.resp_password.as_ref().map(|_| "***"));
+    o.raw("resp_max_bulk_len", s.resp_max_bulk_len);
 
     o.section("log");
     o.str("level", &c.log.level);
