@@ -14,6 +14,7 @@ pub mod process;
 pub mod python;
 pub mod redis_cluster;
 pub mod resp;
+pub mod resp_proxy;
 pub mod tls;
 pub mod verify;
 
@@ -25,6 +26,7 @@ pub use process::{
     memshift_config, run_with_timeout, Cluster, ClusterOptions, CommandOutput, Memcached, Memshift,
     RedisServer,
 };
-pub use python::{pymemcache_python, PYMEMCACHE};
+pub use python::{pymemcache_python, redis_py_python, PYMEMCACHE, REDIS_PY};
 pub use resp::{RedisClient, Resp};
+pub use resp_proxy::{send_and_read, RespCluster};
 pub use verify::{VerifyConfig, VerifyLoad, VerifyReport};

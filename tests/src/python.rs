@@ -63,3 +63,42 @@ pub fn pymemcache_python() -> PathBuf {
     fs::write(&marker, b"").expect("write the venv marker");
     python
 }
+
+/// The pinned redis-py (the RESP listener's tests).
+pub const REDIS_PY: &str = "redis==5.2.1";
+
+/// The suite's venv `python` with [`PYMEMCACHE`] and [`REDIS_PY`] installed
+/// (added to the same venv on first use).
+pub fn redis_py_python() -> PathBuf {
+    let python = pymemcache_python();
+    static IN_PROCESS: Mutex<()> = Mutex::new(());
+    let _guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let target = target_dir();
+    let lock = File::create(target.join("test-venv.lock")).expect("create the venv lock file");
+    // SAFETY: flock on a file descriptor we own; released when `lock` drops.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock the venv lock file");
+    let marker = target
+        .join("test-venv")
+        .join(format!(".installed-{REDIS_PY}"));
+    if marker.exists() {
+        return python;
+    }
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        REDIS_PY,
+    ]);
+    run_ok(
+        pip,
+        Duration::from_secs(300),
+        &format!("pip install {REDIS_PY}"),
+    );
+    fs::write(&marker, b"").expect("write the venv marker");
+    python
+}

@@ -34,6 +34,12 @@ pub enum Shape {
     /// A flat member/score array is an array of `[member, double]` pairs
     /// (`ZRANGE ... WITHSCORES`).
     ScorePairs,
+    /// A flat field/value array is an array of `[field, value]` pairs
+    /// (`HRANDFIELD ... WITHVALUES`).
+    Pairs,
+    /// A flat member/score array keeps its shape, scores as doubles
+    /// (`ZPOPMIN key` without a count).
+    FlatScores,
 }
 
 pub fn simple(buf: &mut BytesMut, s: &[u8]) {
@@ -169,10 +175,20 @@ fn shaped(buf: &mut BytesMut, f: &Frame, shape: Shape) -> Option<()> {
                 }
             }
         }
-        (Shape::ScorePairs, Frame::Array(items)) if items.len() % 2 == 0 => {
+        (Shape::ScorePairs | Shape::Pairs, Frame::Array(items)) if items.len() % 2 == 0 => {
             array(buf, items.len() / 2);
             for pair in items.chunks_exact(2) {
                 array(buf, 2);
+                frame(buf, &pair[0], v, Shape::Plain);
+                match (&pair[1], shape) {
+                    (Frame::Bulk(b), Shape::ScorePairs) => double(buf, b),
+                    (other, _) => frame(buf, other, v, Shape::Plain),
+                }
+            }
+        }
+        (Shape::FlatScores, Frame::Array(items)) if items.len() % 2 == 0 => {
+            array(buf, items.len());
+            for pair in items.chunks_exact(2) {
                 frame(buf, &pair[0], v, Shape::Plain);
                 match &pair[1] {
                     Frame::Bulk(b) => double(buf, b),

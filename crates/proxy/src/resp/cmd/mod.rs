@@ -285,7 +285,7 @@ impl RespSession {
         let mut text = Vec::with_capacity(96);
         text.extend_from_slice(b"ERR ");
         push_printable(&mut text, &self.args[0], 64);
-        text.make_ascii_uppercase();
+        text[4..].make_ascii_uppercase();
         text.extend_from_slice(b" is not supported by memshift: ");
         text.extend_from_slice(why.as_bytes());
         self.push_error(&text);
@@ -295,8 +295,9 @@ impl RespSession {
     fn arity_error(&mut self) {
         let mut text = Vec::with_capacity(64);
         text.extend_from_slice(b"ERR wrong number of arguments for '");
+        let name = text.len();
         push_printable(&mut text, &self.args[0], 64);
-        text.make_ascii_lowercase();
+        text[name..].make_ascii_lowercase();
         text.extend_from_slice(b"' command");
         self.push_error(&text);
     }
