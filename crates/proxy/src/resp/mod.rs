@@ -37,6 +37,8 @@ const MAX_PENDING: usize = 1024;
 /// Output buffered before the session stops reading (the client is slow).
 const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Largest incomplete request kept (Redis' default client-query-buffer-limit).
+const MAX_QUERY_BYTES: usize = 1024 * 1024 * 1024;
 
 pub struct RespSession {
     proxy: Arc<Proxy>,
@@ -190,7 +192,18 @@ impl RespSession {
         drop(settings);
         while !self.closing && self.pending.len() < MAX_PENDING {
             match self.parser.parse(&self.rbuf, &limits) {
-                Ok(None) => return,
+                Ok(None) => {
+                    // Redis' client-query-buffer-limit: close, no reply.
+                    if self.rbuf.len() > MAX_QUERY_BYTES.max(limits.max_bulk_len + 1024 * 1024) {
+                        tracing::info!(
+                            bytes = self.rbuf.len(),
+                            "closing a RESP client whose request exceeds the query buffer limit"
+                        );
+                        self.rbuf.clear();
+                        self.push_ready(Bytes::new(), Render::Close);
+                    }
+                    return;
+                }
                 Ok(Some(consumed)) => {
                     let frame = self.rbuf.split_to(consumed).freeze();
                     self.args.clear();
@@ -207,7 +220,7 @@ impl RespSession {
                 Err(e) => {
                     // Redis answers a protocol error and closes.
                     tracing::debug!(error = %e, "RESP protocol error");
-                    self.push_error(e.to_string().as_bytes());
+                    self.push_error(format!("ERR {e}").as_bytes());
                     self.push_ready(Bytes::new(), Render::Close);
                     self.rbuf.clear();
                     return;
