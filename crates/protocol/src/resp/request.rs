@@ -186,10 +186,13 @@ impl RequestParser {
         too_big: RequestError,
     ) -> Result<Option<(i64, usize)>, RequestError> {
         let rest = buf.get(at..).unwrap_or_default();
-        let Some(cr) = memchr(b'\r', rest) else {
+        // A line arriving in pieces is searched once.
+        let from = self.scanned.min(rest.len());
+        let Some(cr) = memchr(b'\r', &rest[from..]).map(|i| from + i) else {
             if rest.len() > MAX_INLINE_LEN {
                 return Err(too_big);
             }
+            self.scanned = rest.len();
             return Ok(None);
         };
         if cr > MAX_INLINE_LEN {
@@ -197,6 +200,7 @@ impl RequestParser {
         }
         // The `\n` after `\r` must have arrived before the line is used.
         if rest.len() < cr + 2 {
+            self.scanned = cr;
             return Ok(None);
         }
         let digits = rest.get(1..cr).unwrap_or_default();
@@ -206,6 +210,7 @@ impl RequestParser {
             RequestError::InvalidBulkLength
         };
         let n = string2ll(digits).ok_or(invalid)?;
+        self.scanned = 0;
         Ok(Some((n, at + cr + 2)))
     }
 
