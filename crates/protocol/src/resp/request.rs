@@ -315,7 +315,10 @@ pub fn string2ll(s: &[u8]) -> Option<i64> {
 mod tests {
     use super::*;
 
-    fn one(input: &[u8]) -> Result<Option<(usize, Vec<Vec<u8>>)>, RequestError> {
+    /// Bytes consumed and the arguments of one complete request.
+    type Parsed = Option<(usize, Vec<Vec<u8>>)>;
+
+    fn one(input: &[u8]) -> Result<Parsed, RequestError> {
         let mut p = RequestParser::new();
         let limits = RequestLimits::default();
         Ok(p.parse(input, &limits)?.map(|n| {
