@@ -143,17 +143,23 @@ impl Pending {
             buf.extend_from_slice(&self.bytes);
             return;
         }
-        // A backend failure, or an error reply where the merge needs data,
-        // answers the whole request.
-        let mut frames = Vec::new();
-        for p in self.parts() {
+        // A backend failure answers the whole request.
+        let parts = self.parts();
+        for p in parts {
             match p {
-                Some(Ok(f)) => frames.push(f),
+                Some(Ok(_)) => {}
                 Some(Err(e)) => return backend_error(buf, *e),
                 None => return backend_error(buf, BackendError::Timeout),
             }
         }
-        let first = frames.first().copied();
+        // Every part is a frame now (no allocation on the reply path).
+        let frames = || {
+            parts.iter().filter_map(|p| match p {
+                Some(Ok(f)) => Some(f),
+                _ => None,
+            })
+        };
+        let first = frames().next();
         match (&self.render, first) {
             (Render::Relay(shape), Some(f)) => out::frame(buf, f, v, *shape),
             (Render::Value, Some(Frame::Bulk(b))) => value(buf, b),
@@ -171,13 +177,13 @@ impl Pending {
             }
             (Render::Range { .. }, Some(Frame::Null)) => out::bulk(buf, b""),
             (Render::Mget { slots }, _) => {
-                if let Some(err) = frames.iter().find(|f| matches!(f, Frame::Error(_))) {
+                if let Some(err) = frames().find(|f| matches!(f, Frame::Error(_))) {
                     return out::frame(buf, err, v, Shape::Plain);
                 }
                 out::array(buf, slots.len());
                 for &(part, index) in slots {
-                    match frames.get(part as usize) {
-                        Some(Frame::Array(items)) => match items.get(index as usize) {
+                    match parts.get(part as usize) {
+                        Some(Some(Ok(Frame::Array(items)))) => match items.get(index as usize) {
                             Some(Frame::Bulk(b)) => value(buf, b),
                             _ => out::null(buf, v),
                         },
@@ -187,7 +193,7 @@ impl Pending {
             }
             (Render::Sum, _) => {
                 let mut total = 0i64;
-                for f in &frames {
+                for f in frames() {
                     match f {
                         Frame::Integer(n) => total = total.saturating_add(*n),
                         other => return out::frame(buf, other, v, Shape::Plain),
@@ -196,9 +202,7 @@ impl Pending {
                 out::integer(buf, total);
             }
             (Render::AllOk | Render::First, _) => {
-                match frames
-                    .iter()
-                    .find(|f| !matches!(f, Frame::Simple(_) | Frame::Bulk(_)))
+                match frames().find(|f| !matches!(f, Frame::Simple(_) | Frame::Bulk(_)))
                 {
                     Some(f) => out::frame(buf, f, v, Shape::Plain),
                     None => match first {
