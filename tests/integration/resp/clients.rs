@@ -139,3 +139,63 @@ fn redis_cli_workload_matches_plain_redis() {
     let holding = cluster.shards.iter().filter(|s| s.dbsize() > 0).count();
     assert!(holding >= 2, "6 keys all on one shard?");
 }
+
+/// Build the go-redis workload (`goredis/`, modules from the Go module
+/// proxy on first use, cached under the target dir).
+fn go_redis_workload() -> std::path::PathBuf {
+    let target = memshift_tests::target_dir().join("go");
+    std::fs::create_dir_all(&target).expect("create target/go");
+    let bin = target.join("goredis-workload");
+    let src = memshift_tests::workspace_root().join("tests/integration/resp/goredis");
+    let mut cmd = Command::new("go");
+    cmd.current_dir(&src)
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOPATH", target.join("gopath"))
+        .env("GOCACHE", target.join("gocache"));
+    let out = run_with_timeout(cmd, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "go build of the go-redis workload failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    bin
+}
+
+#[test]
+fn go_redis_workload_matches_plain_redis() {
+    if !require_tools(
+        "go_redis_workload_matches_plain_redis",
+        &["go", "redis-server"],
+    ) {
+        return;
+    }
+    let bin = go_redis_workload();
+    let cluster = RespCluster::start();
+    let plain = RedisServer::start();
+    let run = |port: u16, proto: u8| {
+        let mut cmd = Command::new(&bin);
+        cmd.arg(format!("127.0.0.1:{port}")).arg(proto.to_string());
+        let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
+            "go-redis workload on port {port} (RESP{proto}) failed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+    };
+    // go-redis speaks RESP3 by default (HELLO 3); RESP2 too.
+    for proto in [3, 2] {
+        let want = run(plain.port(), proto);
+        let got = run(cluster.resp_port, proto);
+        assert!(
+            want == got,
+            "go-redis RESP{proto}: memshift differs from plain Redis at {}",
+            first_difference(&want, &got)
+        );
+    }
+}

@@ -202,8 +202,7 @@ impl Pending {
                 out::integer(buf, total);
             }
             (Render::AllOk | Render::First, _) => {
-                match frames().find(|f| !matches!(f, Frame::Simple(_) | Frame::Bulk(_)))
-                {
+                match frames().find(|f| !matches!(f, Frame::Simple(_) | Frame::Bulk(_))) {
                     Some(f) => out::frame(buf, f, v, Shape::Plain),
                     None => match first {
                         Some(f) => out::frame(buf, f, v, Shape::Plain),
