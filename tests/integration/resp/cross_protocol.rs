@@ -35,4 +35,19 @@ fn pymemcache_and_redis_py_share_items() {
         out.stderr,
         cluster.memshift.stderr()
     );
+    // Both protocols count into the same family, by protocol.
+    let metrics = memshift_tests::ops_support::metrics_text(cluster.admin_port);
+    let count = |labels: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("memshift_requests_total{{{labels}}} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        count("protocol=\"resp\",command=\"get\"") > 0.0
+            && count("protocol=\"resp\",command=\"incr\"") > 0.0
+            && count("protocol=\"text\",command=\"gets\"") > 0.0,
+        "per-protocol request counts missing:\n{metrics}"
+    );
 }

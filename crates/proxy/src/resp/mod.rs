@@ -249,6 +249,9 @@ impl RespSession {
                     now.saturating_duration_since(p.started).as_secs_f64(),
                 );
             }
+            if let (Some(hash), Some(near)) = (p.near_written, crate::near_cache::get()) {
+                near.invalidate_hash(hash);
+            }
             if matches!(p.render, Render::Close) {
                 self.pending.clear();
                 self.closing = true;

@@ -54,6 +54,9 @@ pub(super) struct Pending {
     pub command: Option<usize>,
     pub started: Instant,
     pub deadline: Instant,
+    /// Near cache: hash of the key this request may have changed,
+    /// invalidated again just before its reply (read-your-writes).
+    pub near_written: Option<u64>,
 }
 
 /// One reply inline (the common case: single-key commands), more in a Vec.
@@ -73,6 +76,7 @@ impl Pending {
             command,
             started: now,
             deadline: now,
+            near_written: None,
         }
     }
 
@@ -95,6 +99,7 @@ impl Pending {
             command,
             started: now,
             deadline,
+            near_written: None,
         }
     }
 

@@ -326,11 +326,28 @@ impl RespSession {
                 return self.push_error(text);
             }
         };
+        let written = self.invalidate_near(key);
         let cmd = cmd.unwrap_or_else(|| self.cmd_buf.split().freeze());
         let seq = self.push_waiting(render, 1);
+        if let Some(p) = self.pending.back_mut() {
+            p.near_written = written;
+        }
         routes
             .redis()
             .send(shard, self.lane, cmd, self.reply_to(seq, 0));
+    }
+
+    /// Near cache (memcached `get`s): a request that may change `key`
+    /// invalidates it now (and, single-key, again before its reply, as
+    /// memcached writes do); returns the key's hash for that second time.
+    fn invalidate_near(&self, key: &[u8]) -> Option<u64> {
+        let near = crate::near_cache::get()?;
+        if reads_only(&self.args[0]) {
+            return None;
+        }
+        let hash = crate::near_cache::hash(key);
+        near.invalidate_hash(hash);
+        Some(hash)
     }
 
     fn reply_to(&self, seq: u64, part: u32) -> ReplyTo {
@@ -360,6 +377,25 @@ impl RespSession {
         let bytes = self.cmd_buf.split().freeze();
         self.push_ready(bytes, Render::Ready);
     }
+}
+
+/// Commands that never change a string key (the near cache keeps only
+/// memcached items, which are strings).
+fn reads_only(name: &[u8]) -> bool {
+    const READS: &[&[u8]] = &[
+        b"GET",
+        b"MGET",
+        b"STRLEN",
+        b"GETRANGE",
+        b"SUBSTR",
+        b"EXISTS",
+        b"TTL",
+        b"PTTL",
+        b"EXPIRETIME",
+        b"PEXPIRETIME",
+        b"TYPE",
+    ];
+    READS.iter().any(|r| r.eq_ignore_ascii_case(name))
 }
 
 /// Append at most `max` bytes of `s`, unprintable ones as `?` (error

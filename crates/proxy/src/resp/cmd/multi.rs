@@ -95,6 +95,7 @@ impl RespSession {
                     return None;
                 }
             };
+            self.invalidate_near(key);
             let slot = redis.cluster_slot(key);
             match groups
                 .iter_mut()
