@@ -9,6 +9,9 @@
 #               redis-benchmark (GET and SET, combined 90/10) for reference
 #   memshift_binary  the same memshift spoken to in memcached's binary
 #               protocol (closed-loop scenarios only, after the text ones)
+#   memshift RESP  redis-benchmark GET, SET and a 10-key MGET (-P 1 and -P 16)
+#               through memshift's RESP port vs Redis direct (RESP=0 skips it;
+#               RESP_N requests per run)
 # Scenarios: 90% get / 10% set, 100-byte values, 100,000 uniform keys,
 # 50 connections, without pipelining and with pipeline depth 16; latency in
 # open loop at 50% of memshift's max throughput; memory per idle client
@@ -407,6 +410,7 @@ MC_PORT=$(free_port); NC_PORT=$(free_port); NC_STATS=$(free_port)
 MS_PORT=$(free_port); RD_PORT=$(free_port)
 R_PORTS=()
 for _ in $(seq 1 "$SHARDS"); do R_PORTS+=("$(free_port)"); done
+MS_RESP_PORT=$(free_port)
 
 root_flag=()
 [ "$(id -u)" -eq 0 ] && root_flag=(-u root)
@@ -445,6 +449,7 @@ redis_start redis "$RD_PORT"
 cat >"$WORK/memshift.toml" <<EOF
 [server]
 listen = "127.0.0.1:$MS_PORT"
+resp_listen = "127.0.0.1:$MS_RESP_PORT"
 threads = $MEMSHIFT_THREADS
 
 [log]
@@ -841,10 +846,62 @@ for round in $(seq 1 "$ROUNDS"); do
     near_cache_stats "$round"
 done
 
+# --- RESP listener -------------------------------------------------------------------
+# redis-benchmark through memshift's RESP port (3 shards) and against one
+# Redis directly, same settings: GET, SET, and MGET of 10 random keys, without
+# pipelining and with 16 requests per pipeline. Goal (issue 17): memshift >=
+# 0.8x Redis direct at -P 1, >= 1.5x at -P 16 (its 3 shards in parallel).
+if [ "${RESP:-1}" -eq 1 ]; then
+    RESP_N=${RESP_N:-$(( QUICK == 1 ? 50000 : 200000 ))}
+    log "RESP: redis-benchmark -P 1 / -P 16, memshift's RESP port vs Redis direct ($RESP_N requests per run)"
+    mget_keys=()
+    for _ in 1 2 3 4 5 6 7 8 9 10; do mget_keys+=("key:__rand_int__"); done
+    resp_bench() { # SYSTEM PORT PIPELINE ROUND
+        local sys=$1 port=$2 p=$3 round=$4 csv
+        csv=$( {
+            "${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" -n "$RESP_N" \
+                -d "$VALUE" -r "$KEYS" -P "$p" -t set,get --csv 2>/dev/null
+            "${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" -n "$RESP_N" \
+                -r "$KEYS" -P "$p" --csv MGET "${mget_keys[@]}" 2>/dev/null | sed 's/^"MGET[^"]*"/"MGET"/'
+        } )
+        python3 - "$sys" "$p" "$round" "$csv" >>"$RESULTS" <<'PY'
+import csv, io, json, sys
+sys_, p, rnd, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rps = {row["test"].lower(): float(row["rps"]) for row in csv.DictReader(io.StringIO(text)) if row.get("test") != "test"}
+print(json.dumps({"system": "resp-" + sys_, "scenario": "resp-P%d" % p, "round": rnd, "report": rps}))
+PY
+    }
+    for round in $(seq 1 "$ROUNDS"); do
+        for p in 1 16; do
+            resp_bench memshift "$MS_RESP_PORT" "$p" "$round"
+            resp_bench redis "$RD_PORT" "$p" "$round"
+        done
+    done
+    python3 - "$RESULTS" >"$OUT/resp.md" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(sys_, p, test):
+    v = [r["report"].get(test) for r in rows if r["system"] == sys_ and r["scenario"] == "resp-P%d" % p]
+    v = [x for x in v if x]
+    return statistics.median(v) if v else None
+print("## RESP listener: redis-benchmark requests/s (median)\n")
+print("| test | pipeline | memshift RESP | Redis direct | ratio | goal |")
+print("|---|---|---|---|---|---|")
+for p, goal in ((1, 0.8), (16, 1.5)):
+    for t in ("get", "set", "mget"):
+        m, r = med("resp-memshift", p, t), med("resp-redis", p, t)
+        ratio = m / r if m and r else None
+        ok = "" if ratio is None else ("met" if ratio >= goal else "not met")
+        print(f"| {t.upper()} | {p} | {m or 0:,.0f} | {r or 0:,.0f} | {ratio or 0:.2f}x | >= {goal}x {ok} |")
+PY
+    cat "$OUT/resp.md" >&2
+fi
+
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
 echo "measurement time: ${SECONDS}s (build excluded)" >>"$OUT/machine.txt"
 
 # --- summary ----------------------------------------------------------------------------
 summarize "$OUT" "$*" >"$OUT/summary.md"
+[ -f "$OUT/resp.md" ] && { echo; cat "$OUT/resp.md"; } >>"$OUT/summary.md"
 cat "$OUT/summary.md"
 log "results in $OUT"

@@ -26,5 +26,6 @@ mod ops;
 mod oversize_refusal;
 mod pipelining;
 mod pymemcache;
+mod resp;
 mod shard_down;
 mod tls;

@@ -15,6 +15,7 @@ pub mod python;
 pub mod redis_cluster;
 pub mod redis_cluster_tls;
 pub mod resp;
+pub mod resp_proxy;
 pub mod tls;
 pub mod verify;
 
@@ -26,6 +27,10 @@ pub use process::{
     memshift_config, run_with_timeout, Cluster, ClusterOptions, CommandOutput, Memcached, Memshift,
     RedisServer,
 };
-pub use python::{binary_memcached_python, pymemcache_python, PYMEMCACHE, PYTHON_BINARY_MEMCACHED};
+pub use python::{
+    binary_memcached_python, pymemcache_python, redis_py_python, PYMEMCACHE,
+    PYTHON_BINARY_MEMCACHED, REDIS_PY,
+};
 pub use resp::{RedisClient, Resp};
+pub use resp_proxy::{send_and_read, RespCluster};
 pub use verify::{VerifyConfig, VerifyLoad, VerifyReport};

@@ -67,9 +67,22 @@ pub fn pymemcache_python() -> PathBuf {
 /// The pinned python-binary-memcached (a binary protocol client, SASL PLAIN).
 pub const PYTHON_BINARY_MEMCACHED: &str = "python-binary-memcached==0.31.4";
 
-/// The suite venv's `python` with [`PYTHON_BINARY_MEMCACHED`] installed too
-/// (installed on first use, under the same lock as the venv).
+/// The pinned redis-py (the RESP listener's tests).
+pub const REDIS_PY: &str = "redis==5.2.1";
+
+/// The suite venv's `python` with [`PYTHON_BINARY_MEMCACHED`] installed too.
 pub fn binary_memcached_python() -> PathBuf {
+    venv_with(PYTHON_BINARY_MEMCACHED)
+}
+
+/// The suite venv's `python` with [`REDIS_PY`] installed too.
+pub fn redis_py_python() -> PathBuf {
+    venv_with(REDIS_PY)
+}
+
+/// The suite venv's `python` (with [`PYMEMCACHE`]) plus `package`, installed
+/// on first use under the same lock as the venv.
+fn venv_with(package: &str) -> PathBuf {
     let python = pymemcache_python();
     static IN_PROCESS: Mutex<()> = Mutex::new(());
     let _guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
@@ -80,7 +93,7 @@ pub fn binary_memcached_python() -> PathBuf {
     assert_eq!(rc, 0, "flock the venv lock file");
     let marker = target
         .join("test-venv")
-        .join(format!(".installed-{PYTHON_BINARY_MEMCACHED}"));
+        .join(format!(".installed-{package}"));
     if marker.exists() {
         return python;
     }
@@ -92,12 +105,12 @@ pub fn binary_memcached_python() -> PathBuf {
         "--disable-pip-version-check",
         "--no-input",
         "--quiet",
-        PYTHON_BINARY_MEMCACHED,
+        package,
     ]);
     run_ok(
         pip,
         Duration::from_secs(300),
-        &format!("pip install {PYTHON_BINARY_MEMCACHED}"),
+        &format!("pip install {package}"),
     );
     fs::write(&marker, b"").expect("write the venv marker");
     python

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod near_cache;
 pub mod proxy;
 pub mod redis;
+pub mod resp;
 pub mod ring_plan;
 pub mod router;
 pub mod run;

@@ -23,6 +23,10 @@ pub struct Settings {
     pub max_pending_replies: usize,
     pub max_pending_bytes: usize,
     pub near_cache: crate::near_cache::store::Limits,
+    /// RESP clients must authenticate with this password (`server.resp_password`).
+    pub resp_password: Option<Arc<str>>,
+    /// `server.resp_max_bulk_len`.
+    pub resp_max_bulk_len: usize,
 }
 
 impl Settings {
@@ -38,6 +42,8 @@ impl Settings {
                 .then(|| Duration::from_millis(server.idle_timeout_ms)),
             max_pending_replies: server.max_pending_replies,
             max_pending_bytes: server.max_pending_bytes,
+            resp_password: server.resp_password.as_deref().map(Arc::from),
+            resp_max_bulk_len: server.resp_max_bulk_len,
             near_cache: crate::near_cache::store::Limits {
                 max_bytes: config.near_cache.max_bytes,
                 max_ttl: Duration::from_millis(config.near_cache.max_ttl_ms),

@@ -113,6 +113,17 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
             drain,
         )));
     }
+    if let Some(addr) = config.server.resp_listen {
+        let listener = server::bind(addr).await?;
+        tracing::info!(%addr, "RESP listener ready");
+        listeners.push(tokio::spawn(server::serve_resp(
+            listener,
+            proxy.clone(),
+            limit.clone(),
+            shutdown_rx.clone(),
+            drain,
+        )));
+    }
     let server_tls =
         server::start_tls(&config, &proxy, &limit, &shutdown_rx, drain, &mut listeners).await?;
     if listeners.is_empty() {

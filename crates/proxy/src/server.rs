@@ -13,9 +13,19 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::Config;
 use crate::error::ProxyError;
 use crate::proxy::Proxy;
+use crate::resp::RespSession;
 use crate::session::{Session, SessionEnd};
 use crate::stats::bump;
 use crate::tls::ServerTls;
+
+/// What a listener's connections speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// memcached's protocols (`server.listen`, `server.tls_listen`).
+    Memcached,
+    /// RESP2/RESP3 (`server.resp_listen`, `server.resp_tls_listen`).
+    Resp,
+}
 
 /// What memcached writes before closing a connection over its limit.
 const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
@@ -37,20 +47,32 @@ pub async fn start_tls(
     drain: std::time::Duration,
     listeners: &mut Vec<JoinHandle<()>>,
 ) -> Result<Option<Arc<ServerTls>>, ProxyError> {
-    let (Some(addr), Some(tls_config)) = (config.server.tls_listen, &config.tls) else {
+    let Some(tls_config) = &config.tls else {
         return Ok(None);
     };
+    let fronts = [
+        (config.server.tls_listen, Front::Memcached),
+        (config.server.resp_tls_listen, Front::Resp),
+    ];
+    if fronts.iter().all(|(addr, _)| addr.is_none()) {
+        return Ok(None);
+    }
+    // One certificate state for both TLS listeners: SIGHUP reloads both.
     let tls = Arc::new(ServerTls::load(tls_config)?);
-    let listener = bind(addr).await?;
-    tracing::info!(%addr, mtls = tls_config.client_ca.is_some(), "memcached protocol TLS 1.3 listener ready");
-    listeners.push(tokio::spawn(serve_tls(
-        listener,
-        tls.clone(),
-        proxy.clone(),
-        limit.clone(),
-        shutdown.clone(),
-        drain,
-    )));
+    for (addr, front) in fronts {
+        let Some(addr) = addr else { continue };
+        let listener = bind(addr).await?;
+        tracing::info!(%addr, mtls = tls_config.client_ca.is_some(), ?front, "TLS 1.3 listener ready");
+        listeners.push(tokio::spawn(accept_loop(
+            listener,
+            Some(tls.clone()),
+            front,
+            proxy.clone(),
+            limit.clone(),
+            shutdown.clone(),
+            drain,
+        )));
+    }
     Ok(Some(tls))
 }
 
@@ -63,7 +85,27 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
     drain: std::time::Duration,
 ) {
-    accept_loop(listener, None, proxy, limit, shutdown, drain).await
+    accept_loop(
+        listener,
+        None,
+        Front::Memcached,
+        proxy,
+        limit,
+        shutdown,
+        drain,
+    )
+    .await
+}
+
+/// `server.resp_listen`: Redis clients (see `crate::resp`).
+pub async fn serve_resp(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    limit: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+    drain: std::time::Duration,
+) {
+    accept_loop(listener, None, Front::Resp, proxy, limit, shutdown, drain).await
 }
 
 /// Like `serve`, for `server.tls_listen`: each connection's TLS handshake
@@ -77,12 +119,22 @@ pub async fn serve_tls(
     shutdown: watch::Receiver<bool>,
     drain: std::time::Duration,
 ) {
-    accept_loop(listener, Some(tls), proxy, limit, shutdown, drain).await
+    accept_loop(
+        listener,
+        Some(tls),
+        Front::Memcached,
+        proxy,
+        limit,
+        shutdown,
+        drain,
+    )
+    .await
 }
 
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<Arc<ServerTls>>,
+    front: Front,
     proxy: Arc<Proxy>,
     limit: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
@@ -106,7 +158,7 @@ async fn accept_loop(
                     bump(&proxy.stats.rejected_connections);
                     proxy.metrics.connection_rejected();
                     // A TLS client cannot read a plaintext error line: just close.
-                    if tls.is_none() {
+                    if tls.is_none() && front == Front::Memcached {
                         tokio::spawn(reject(stream));
                     }
                     continue;
@@ -120,14 +172,14 @@ async fn accept_loop(
                 match tls.clone() {
                     None => {
                         sessions.spawn(async move {
-                            run_session(proxy, id, stream).await;
+                            run_session(proxy, id, stream, front).await;
                             drop(permit);
                         });
                     }
                     Some(tls) => {
                         sessions.spawn(async move {
                             if let Some(stream) = tls.accept(stream, &proxy.metrics).await {
-                                run_session(proxy, id, stream).await;
+                                run_session(proxy, id, stream, front).await;
                             }
                             drop(permit);
                         });
@@ -153,14 +205,17 @@ async fn accept_loop(
     }
 }
 
-async fn run_session<S>(proxy: Arc<Proxy>, id: u64, stream: S)
+async fn run_session<S>(proxy: Arc<Proxy>, id: u64, stream: S, front: Front)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     bump(&proxy.stats.total_connections);
     proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
     proxy.metrics.client_connected();
-    let end = Session::new(proxy.clone(), id).run(stream).await;
+    let end = match front {
+        Front::Memcached => Session::new(proxy.clone(), id).run(stream).await,
+        Front::Resp => RespSession::new(proxy.clone(), id).run(stream).await,
+    };
     crate::trim::note_release();
     proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
     proxy.metrics.client_disconnected();

@@ -116,11 +116,19 @@ impl Config {
     /// (shards, ring, migration, TLS certificates, per-request limits).
     pub fn restart_required_changes(&self, new: &Config) -> Vec<&'static str> {
         let (a, b) = (self, new);
-        let checks: [(&'static str, bool); 10] = [
+        let checks: [(&'static str, bool); 12] = [
             ("server.listen", a.server.listen != b.server.listen),
             (
                 "server.tls_listen",
                 a.server.tls_listen != b.server.tls_listen,
+            ),
+            (
+                "server.resp_listen",
+                a.server.resp_listen != b.server.resp_listen,
+            ),
+            (
+                "server.resp_tls_listen",
+                a.server.resp_tls_listen != b.server.resp_tls_listen,
             ),
             ("server.threads", a.server.threads != b.server.threads),
             (

@@ -25,6 +25,10 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("max_line_length", s.max_line_length);
     o.raw("sasl", s.sasl);
     o.path("sasl_credentials_file", s.sasl_credentials_file.as_deref());
+    o.addr("resp_listen", s.resp_listen);
+    o.addr("resp_tls_listen", s.resp_tls_listen);
+    o.opt_str("resp_password", s.resp_password.as_ref().map(|_| "***"));
+    o.raw("resp_max_bulk_len", s.resp_max_bulk_len);
 
     o.section("log");
     o.str("level", &c.log.level);

@@ -39,6 +39,17 @@ pub struct ServerConfig {
     pub sasl: bool,
     /// `user:password` lines; required when `sasl` is on. Never logged.
     pub sasl_credentials_file: Option<PathBuf>,
+    /// RESP (Redis protocol) listener over the same items; off when unset.
+    #[serde(deserialize_with = "de_server_resp_listen")]
+    pub resp_listen: Option<SocketAddr>,
+    /// RESP over TLS 1.3, with `[tls]` (client_ca: mTLS).
+    #[serde(deserialize_with = "de_server_resp_tls_listen")]
+    pub resp_tls_listen: Option<SocketAddr>,
+    /// When set, RESP clients must `AUTH` (or `HELLO ... AUTH`) first.
+    pub resp_password: Option<String>,
+    /// Largest bulk string a RESP request may declare (Redis'
+    /// `proto-max-bulk-len`); bytes are kept as they arrive, never reserved.
+    pub resp_max_bulk_len: usize,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +68,10 @@ impl Default for ServerConfig {
             max_line_length: 2048,
             sasl: false,
             sasl_credentials_file: None,
+            resp_listen: None,
+            resp_tls_listen: None,
+            resp_password: None,
+            resp_max_bulk_len: 512 * 1024 * 1024,
         }
     }
 }
@@ -152,5 +167,7 @@ macro_rules! listen_fields {
 listen_fields!(
     de_server_listen => "server.listen",
     de_server_tls_listen => "server.tls_listen",
+    de_server_resp_listen => "server.resp_listen",
+    de_server_resp_tls_listen => "server.resp_tls_listen",
     de_admin_listen => "admin.listen",
 );

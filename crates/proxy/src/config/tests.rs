@@ -1022,3 +1022,73 @@ fn cluster_settings_render_and_parse_back() {
     let back = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(back.redis, c.redis);
 }
+
+// ---- RESP listener ----
+
+#[test]
+fn resp_listeners_are_off_by_default_and_validated() {
+    let c = ok("");
+    assert_eq!(c.server.resp_listen, None);
+    assert_eq!(c.server.resp_tls_listen, None);
+    assert_eq!(c.server.resp_password, None);
+    assert_eq!(c.server.resp_max_bulk_len, 512 * 1024 * 1024);
+    assert_mentions(
+        &invalid(|c| c.server.resp_listen = c.server.listen),
+        &["server.resp_listen", "memcached listener"],
+    );
+    assert_mentions(
+        &invalid(|c| c.server.resp_tls_listen = Some(addr("127.0.0.1:6380"))),
+        &["server.resp_tls_listen", "[tls]"],
+    );
+    assert_mentions(
+        &invalid(|c| c.server.resp_password = Some("has space".into())),
+        &["server.resp_password"],
+    );
+    assert_mentions(
+        &invalid(|c| c.server.resp_max_bulk_len = 10),
+        &["server.resp_max_bulk_len"],
+    );
+    assert_mentions(
+        &invalid(|c| {
+            c.server.resp_listen = Some(addr("127.0.0.1:6379"));
+            c.admin.listen = c.server.resp_listen;
+        }),
+        &["admin.listen", "already used"],
+    );
+    let mut c = ok("");
+    c.server.resp_listen = Some(addr("127.0.0.1:6379"));
+    c.server.resp_password = Some("s3cret".into());
+    c.validate().expect("resp_listen with a password");
+}
+
+#[test]
+fn plaintext_resp_is_no_open_door_next_to_tls_only_memcached() {
+    let e = invalid(|c| {
+        c.tls = Some(TlsConfig {
+            cert: "c.pem".into(),
+            key: "k.pem".into(),
+            client_ca: None,
+            handshake_timeout_ms: 5000,
+        });
+        c.server.tls_listen = Some(addr("127.0.0.1:11212"));
+        c.server.listen = None;
+        c.server.resp_listen = Some(addr("127.0.0.1:6379"));
+    });
+    assert_mentions(&e, &["server.resp_listen", "resp_password"]);
+}
+
+#[test]
+fn resp_listen_keys_parse() {
+    let redis = "[redis]\nshards = [\"127.0.0.1:6379\"]\n";
+    let c = Config::from_toml_str(&format!(
+        "[server]\nlisten = \"127.0.0.1:11211\"\nresp_listen = \"127.0.0.1:6390\"\nresp_password = \"pw\"\n{redis}"
+    ))
+    .expect("valid");
+    assert_eq!(c.server.resp_listen, Some(addr("127.0.0.1:6390")));
+    assert_mentions(
+        &err_full(&format!(
+            "[server]\nlisten = \"127.0.0.1:11211\"\nresp_listen = \"nope\"\n{redis}"
+        )),
+        &["server.resp_listen", "IP:port"],
+    );
+}

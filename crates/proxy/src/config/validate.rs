@@ -58,6 +58,7 @@ fn server(c: &Config) -> Check {
         }
         (false, _) => {}
     }
+    resp(c)?;
     at_least("server.max_connections", s.max_connections as u64, 1)?;
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&s.max_item_size) {
         return Err(format!(
@@ -90,6 +91,52 @@ fn server(c: &Config) -> Check {
     Ok(())
 }
 
+/// The RESP listeners: distinct addresses, `[tls]` for the TLS one, and
+/// no open door: with a TLS memcached listener (the operator secured the
+/// memcached side), a plaintext RESP listener needs `resp_password`.
+fn resp(c: &Config) -> Check {
+    let s = &c.server;
+    listen_port("server.resp_listen", s.resp_listen)?;
+    listen_port("server.resp_tls_listen", s.resp_tls_listen)?;
+    for (key, addr) in [
+        ("server.resp_listen", s.resp_listen),
+        ("server.resp_tls_listen", s.resp_tls_listen),
+    ] {
+        if let Some(a) = addr {
+            if Some(a) == s.listen || Some(a) == s.tls_listen {
+                return Err(format!(
+                    "{key}: {a} is already used by a memcached listener"
+                ));
+            }
+        }
+    }
+    if s.resp_listen.is_some() && s.resp_listen == s.resp_tls_listen {
+        return Err("server.resp_tls_listen: same address as server.resp_listen".into());
+    }
+    if s.resp_tls_listen.is_some() && c.tls.is_none() {
+        return Err("server.resp_tls_listen: needs a [tls] section with cert and key".into());
+    }
+    if s.resp_listen.is_some()
+        && s.tls_listen.is_some()
+        && s.listen.is_none()
+        && s.resp_password.is_none()
+    {
+        return Err("server.resp_listen: the memcached side is TLS-only, so a plaintext RESP listener would be an open door; set server.resp_password or use server.resp_tls_listen".into());
+    }
+    if let Some(p) = &s.resp_password {
+        if p.is_empty() || p.len() > 512 || p.bytes().any(|b| b.is_ascii_whitespace()) {
+            return Err("server.resp_password: 1 to 512 characters, no spaces".into());
+        }
+    }
+    if !(1024..=MAX_ITEM_SIZE).contains(&s.resp_max_bulk_len) {
+        return Err(format!(
+            "server.resp_max_bulk_len: {} is out of range; must be 1024 to {MAX_ITEM_SIZE} bytes",
+            s.resp_max_bulk_len
+        ));
+    }
+    Ok(())
+}
+
 fn log(c: &Config) -> Check {
     check_log_level(&c.log.level).map_err(|e| format!("log.level: {e}"))
 }
@@ -97,7 +144,11 @@ fn log(c: &Config) -> Check {
 fn admin(c: &Config) -> Check {
     listen_port("admin.listen", c.admin.listen)?;
     if let Some(a) = c.admin.listen {
-        if Some(a) == c.server.listen || Some(a) == c.server.tls_listen {
+        if Some(a) == c.server.listen
+            || Some(a) == c.server.tls_listen
+            || Some(a) == c.server.resp_listen
+            || Some(a) == c.server.resp_tls_listen
+        {
             return Err(format!(
                 "admin.listen: {a} is already used by a server listener"
             ));
@@ -338,7 +389,7 @@ fn migration(c: &Config) -> Check {
 
 pub(super) fn warnings(c: &Config) -> Vec<String> {
     let mut w = Vec::new();
-    if c.tls.is_some() && c.server.tls_listen.is_none() {
+    if c.tls.is_some() && c.server.tls_listen.is_none() && c.server.resp_tls_listen.is_none() {
         w.push("[tls] is set but server.tls_listen is not, so no TLS listener runs".to_owned());
     }
     let phase = c.migration.phase;

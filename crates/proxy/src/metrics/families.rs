@@ -3,7 +3,7 @@
 
 /// Every command the proxy counts, in the order [`command_index`] numbers
 /// them. The strings are the `command` label values.
-pub const COMMANDS: [&str; 24] = [
+pub const COMMANDS: [&str; 34] = [
     "get",
     "gets",
     "gat",
@@ -28,6 +28,18 @@ pub const COMMANDS: [&str; 24] = [
     "ms",
     "md",
     "ma",
+    // RESP command groups (GET/SET/DEL/INCR/... count as the memcached
+    // names above, with protocol="resp").
+    "strings",
+    "hashes",
+    "lists",
+    "sets",
+    "zsets",
+    "keys",
+    "scripts",
+    "connection",
+    "server",
+    "refused",
 ];
 
 /// Position of a command in [`COMMANDS`]; resolve once, then pass the index

@@ -1,0 +1,319 @@
+//! A RESP request waiting for its reply, and how the backends' replies
+//! become the client's.
+
+use bytes::{Bytes, BytesMut};
+use memshift_protocol::resp::reply::{self as out, RespVersion, Shape};
+use memshift_protocol::resp::Frame;
+use tokio::time::Instant;
+
+use crate::redis::encoding;
+use crate::redis::{BackendError, Reply};
+
+type Part = Option<Result<Frame, BackendError>>;
+
+/// How a finished request is written.
+#[derive(Debug)]
+pub(super) enum Render {
+    /// `bytes` is the reply.
+    Ready,
+    /// Write what came before, then close (QUIT, protocol error).
+    Close,
+    /// The one reply as it is, RESP3-shaped when the client asked for it.
+    Relay(Shape),
+    /// A string value: memshift's item header is taken off (GET, GETDEL,
+    /// GETEX, SET ... GET).
+    Value,
+    /// A bulk string of digits is an integer reply (INCR through the
+    /// wrapping script, which returns the digits to keep 64-bit precision).
+    IntegerFromBulk,
+    /// SETNX sent as `SET ... NX`: OK is 1, nil is 0.
+    SetNx,
+    /// GETRANGE on the value without its header.
+    Range { start: i64, end: i64 },
+    /// MGET split by shard: `slots[i]` = (part, index in that part's reply).
+    Mget { slots: Vec<(u32, u32)> },
+    /// DEL, UNLINK, EXISTS, TOUCH, DBSIZE: the parts' integers summed.
+    Sum,
+    /// MSET, FLUSHDB, FLUSHALL: OK when every part is OK.
+    AllOk,
+    /// SCRIPT LOAD on every shard: the first SHA, or the first error.
+    First,
+    /// COMMAND / COMMAND INFO from a shard, narrowed to what memshift
+    /// serves (entries of other commands are dropped or nil).
+    CommandTable { info: bool },
+}
+
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub render: Render,
+    /// `Render::Ready`/`Close`: the encoded reply.
+    pub bytes: Bytes,
+    parts: PartsVec,
+    pub waiting: u32,
+    /// Index into `metrics::COMMANDS`.
+    pub command: Option<usize>,
+    pub started: Instant,
+    pub deadline: Instant,
+    /// Near cache: hash of the key this request may have changed,
+    /// invalidated again just before its reply (read-your-writes).
+    pub near_written: Option<u64>,
+}
+
+/// One reply inline (the common case: single-key commands), more in a Vec.
+#[derive(Debug)]
+enum PartsVec {
+    One(Part),
+    Many(Vec<Part>),
+}
+
+impl Pending {
+    pub fn ready(bytes: Bytes, render: Render, command: Option<usize>, now: Instant) -> Pending {
+        Pending {
+            render,
+            bytes,
+            parts: PartsVec::One(None),
+            waiting: 0,
+            command,
+            started: now,
+            deadline: now,
+            near_written: None,
+        }
+    }
+
+    pub fn waiting(
+        render: Render,
+        parts: usize,
+        command: Option<usize>,
+        now: Instant,
+        deadline: Instant,
+    ) -> Pending {
+        Pending {
+            render,
+            bytes: Bytes::new(),
+            parts: if parts == 1 {
+                PartsVec::One(None)
+            } else {
+                PartsVec::Many((0..parts).map(|_| None).collect())
+            },
+            waiting: parts as u32,
+            command,
+            started: now,
+            deadline,
+            near_written: None,
+        }
+    }
+
+    pub fn fill(&mut self, part: u32, result: Result<Reply, BackendError>) {
+        let slot = match &mut self.parts {
+            PartsVec::One(p) if part == 0 => p,
+            PartsVec::Many(v) => match v.get_mut(part as usize) {
+                Some(p) => p,
+                None => return,
+            },
+            PartsVec::One(_) => return,
+        };
+        if slot.is_some() {
+            return;
+        }
+        *slot = Some(match result {
+            Ok(Reply::Redis(f)) => Ok(f),
+            Ok(Reply::Memcached(_)) => Err(BackendError::ConnectionLost),
+            Err(e) => Err(e),
+        });
+        self.waiting = self.waiting.saturating_sub(1);
+    }
+
+    pub fn expire(&mut self) {
+        let fill = |p: &mut Part| {
+            if p.is_none() {
+                *p = Some(Err(BackendError::Timeout));
+            }
+        };
+        match &mut self.parts {
+            PartsVec::One(p) => fill(p),
+            PartsVec::Many(v) => v.iter_mut().for_each(fill),
+        }
+        self.waiting = 0;
+    }
+
+    fn parts(&self) -> &[Part] {
+        match &self.parts {
+            PartsVec::One(p) => std::slice::from_ref(p),
+            PartsVec::Many(v) => v,
+        }
+    }
+
+    pub fn render_into(self, buf: &mut BytesMut, v: RespVersion) {
+        if let Render::Ready | Render::Close = self.render {
+            buf.extend_from_slice(&self.bytes);
+            return;
+        }
+        // A backend failure answers the whole request.
+        let parts = self.parts();
+        for p in parts {
+            match p {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return backend_error(buf, *e),
+                None => return backend_error(buf, BackendError::Timeout),
+            }
+        }
+        // Every part is a frame now (no allocation on the reply path).
+        let frames = || {
+            parts.iter().filter_map(|p| match p {
+                Some(Ok(f)) => Some(f),
+                _ => None,
+            })
+        };
+        let first = frames().next();
+        match (&self.render, first) {
+            (Render::Relay(shape), Some(f)) => out::frame(buf, f, v, *shape),
+            (Render::Value, Some(Frame::Bulk(b))) => value(buf, b),
+            (Render::IntegerFromBulk, Some(Frame::Bulk(b))) => {
+                match memshift_protocol::resp::request::string2ll(b) {
+                    Some(n) => out::integer(buf, n),
+                    None => out::error(buf, b"ERR value is not an integer or out of range"),
+                }
+            }
+            (Render::SetNx, Some(Frame::Simple(_))) => out::integer(buf, 1),
+            (Render::SetNx, Some(Frame::Null)) => out::integer(buf, 0),
+            (Render::Range { start, end }, Some(Frame::Bulk(b))) => {
+                let data = strip(b);
+                out::bulk(buf, get_range(&data, *start, *end));
+            }
+            (Render::Range { .. }, Some(Frame::Null)) => out::bulk(buf, b""),
+            (Render::Mget { slots }, _) => {
+                if let Some(err) = frames().find(|f| matches!(f, Frame::Error(_))) {
+                    return out::frame(buf, err, v, Shape::Plain);
+                }
+                out::array(buf, slots.len());
+                for &(part, index) in slots {
+                    match parts.get(part as usize) {
+                        Some(Some(Ok(Frame::Array(items)))) => match items.get(index as usize) {
+                            Some(Frame::Bulk(b)) => value(buf, b),
+                            _ => out::null(buf, v),
+                        },
+                        _ => out::null(buf, v),
+                    }
+                }
+            }
+            (Render::Sum, _) => {
+                let mut total = 0i64;
+                for f in frames() {
+                    match f {
+                        Frame::Integer(n) => total = total.saturating_add(*n),
+                        other => return out::frame(buf, other, v, Shape::Plain),
+                    }
+                }
+                out::integer(buf, total);
+            }
+            (Render::AllOk | Render::First, _) => {
+                match frames().find(|f| !matches!(f, Frame::Simple(_) | Frame::Bulk(_))) {
+                    Some(f) => out::frame(buf, f, v, Shape::Plain),
+                    None => match first {
+                        Some(f) => out::frame(buf, f, v, Shape::Plain),
+                        None => out::simple(buf, b"OK"),
+                    },
+                }
+            }
+            (Render::CommandTable { info }, Some(Frame::Array(entries))) => {
+                command_table(buf, entries, *info, v)
+            }
+            // Errors, nils and anything unexpected: as the backend sent it.
+            (_, Some(f)) => out::frame(buf, f, v, Shape::Plain),
+            (_, None) => out::null(buf, v),
+        }
+    }
+}
+
+/// A stored string as a Redis client reads it: the data of a memshift
+/// item, anything else as stored.
+pub(super) fn strip(b: &Bytes) -> Bytes {
+    match encoding::decode(b) {
+        Some(item) => item.data,
+        None => b.clone(),
+    }
+}
+
+fn value(buf: &mut BytesMut, b: &Bytes) {
+    match encoding::decode(b) {
+        Some(item) => out::bulk(buf, &item.data),
+        None => out::bulk(buf, b),
+    }
+}
+
+/// Redis 7's GETRANGE on `data`.
+pub(super) fn get_range(data: &[u8], mut start: i64, mut end: i64) -> &[u8] {
+    let len = data.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return b"";
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return b"";
+    }
+    data.get(start as usize..=end as usize).unwrap_or_default()
+}
+
+fn backend_error(buf: &mut BytesMut, e: BackendError) {
+    let text: &[u8] = match e {
+        BackendError::Timeout => b"ERR memshift: backend timeout",
+        BackendError::Busy => b"ERR memshift: backend busy",
+        _ => b"ERR memshift: backend unavailable",
+    };
+    out::error(buf, text);
+}
+
+/// COMMAND's entries for the commands memshift serves; COMMAND INFO keeps
+/// its positions (nil for the others).
+fn command_table(buf: &mut BytesMut, entries: &[Frame], info: bool, v: RespVersion) {
+    let served = |e: &Frame| match e {
+        Frame::Array(fields) => match fields.first() {
+            Some(Frame::Bulk(name)) => super::cmd::is_served(name),
+            _ => false,
+        },
+        _ => false,
+    };
+    if info {
+        out::array(buf, entries.len());
+        for e in entries {
+            if served(e) {
+                out::frame(buf, e, v, Shape::Plain);
+            } else {
+                out::null(buf, v);
+            }
+        }
+    } else {
+        let kept: Vec<&Frame> = entries.iter().filter(|e| served(e)).collect();
+        out::array(buf, kept.len());
+        for e in kept {
+            out::frame(buf, e, v, Shape::Plain);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_range;
+
+    #[test]
+    fn getrange_follows_redis() {
+        let d = b"This is a string";
+        assert_eq!(get_range(d, 0, 3), b"This");
+        assert_eq!(get_range(d, -3, -1), b"ing");
+        assert_eq!(get_range(d, 0, -1), d);
+        assert_eq!(get_range(d, 10, 100), b"string");
+        assert_eq!(get_range(d, -1, -5), b"");
+        assert_eq!(get_range(b"", 0, -1), b"");
+        assert_eq!(get_range(d, 5, 2), b"");
+    }
+}

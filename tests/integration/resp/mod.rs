@@ -1,0 +1,8 @@
+//! The RESP listener (`server.resp_listen`): real Redis clients through
+//! memshift compared with one plain Redis, the same items through both
+//! protocols, hostile input, refused commands and authentication.
+
+mod clients;
+mod cross_protocol;
+mod hostile;
+mod refused;

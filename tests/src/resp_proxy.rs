@@ -1,0 +1,93 @@
+//! memshift with its RESP listener on, over real Redis shards, and a plain
+//! Redis to compare its replies with.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::env::free_port;
+use crate::process::{
+    memshift_config, start_memshift_on_free_ports, ClusterOptions, Memshift, RedisServer,
+};
+
+/// memshift (phase `redis`) with `server.resp_listen`, over `shards`.
+pub struct RespCluster {
+    // Field order = drop order: memshift goes first.
+    pub memshift: Memshift,
+    pub shards: Vec<RedisServer>,
+    pub resp_port: u16,
+    pub admin_port: u16,
+}
+
+impl RespCluster {
+    pub fn start() -> Self {
+        Self::start_with(3, "")
+    }
+
+    /// `server_extra`: more `[server]` lines (e.g. `resp_password`).
+    pub fn start_with(shards: usize, server_extra: &str) -> Self {
+        let shards: Vec<RedisServer> = (0..shards).map(|_| RedisServer::start()).collect();
+        let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
+        let mut resp_port = 0;
+        let (memshift, admin_port, _) = start_memshift_on_free_ports(|port, admin_port| {
+            resp_port = free_port();
+            let opts = ClusterOptions {
+                server_extra: format!("resp_listen = \"127.0.0.1:{resp_port}\"\n{server_extra}"),
+                ..ClusterOptions::default()
+            };
+            memshift_config(port, admin_port, &addrs, &opts)
+        });
+        // The RESP listener binds right after the memcached one.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", resp_port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the RESP listener never accepted:\n{}",
+                memshift.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RespCluster {
+            memshift,
+            shards,
+            resp_port,
+            admin_port,
+        }
+    }
+
+    pub fn resp_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.resp_port)
+    }
+
+    /// A raw connection to the RESP port (for hostile input).
+    pub fn raw(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.resp_port)).expect("connect RESP port");
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        s
+    }
+}
+
+/// Send `bytes`, then read until the peer closes or `idle` passes with
+/// nothing new; returns what was read and whether the peer closed.
+pub fn send_and_read(stream: &mut TcpStream, bytes: &[u8], idle: Duration) -> (Vec<u8>, bool) {
+    stream.write_all(bytes).expect("write");
+    stream.set_read_timeout(Some(idle)).expect("timeout");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+}
