@@ -5,7 +5,7 @@
 
 use std::fs::{self, File};
 use std::os::unix::io::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -45,21 +45,7 @@ pub fn pymemcache_python() -> PathBuf {
         Duration::from_secs(120),
         "python3 -m venv (apt-get install python3-venv)",
     );
-    let mut pip = Command::new(&python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--quiet",
-        PYMEMCACHE,
-    ]);
-    run_ok(
-        pip,
-        Duration::from_secs(300),
-        &format!("pip install {PYMEMCACHE}"),
-    );
+    pip_install(&python, PYMEMCACHE);
     fs::write(&marker, b"").expect("write the venv marker");
     python
 }
@@ -97,7 +83,14 @@ fn venv_with(package: &str) -> PathBuf {
     if marker.exists() {
         return python;
     }
-    let mut pip = Command::new(&python);
+    pip_install(&python, package);
+    fs::write(&marker, b"").expect("write the venv marker");
+    python
+}
+
+/// `python -m pip install package` (quietly); panics with pip's output.
+fn pip_install(python: &Path, package: &str) {
+    let mut pip = Command::new(python);
     pip.args([
         "-m",
         "pip",
@@ -112,6 +105,4 @@ fn venv_with(package: &str) -> PathBuf {
         Duration::from_secs(300),
         &format!("pip install {package}"),
     );
-    fs::write(&marker, b"").expect("write the venv marker");
-    python
 }

@@ -422,21 +422,12 @@ impl Session {
         if self.wire == Wire::Binary {
             return self.process_binary_input();
         }
-        let settings = self.proxy.settings.load();
-        let limits = settings.limits;
-        self.max_pending_replies = settings.max_pending_replies;
-        self.max_item_size = settings.limits.max_item_size;
-        self.max_pending_bytes = settings.max_pending_bytes;
+        let limits = self.load_limits();
         let now = Instant::now();
         self.current_start = now;
         while !self.closing && self.room_to_dispatch() {
-            if self.skip > 0 {
-                let n = self.skip.min(self.rbuf.len());
-                self.rbuf.advance(n);
-                self.skip -= n;
-                if self.skip > 0 {
-                    return;
-                }
+            if !self.skip_refused() {
+                return;
             }
             if self.rbuf.is_empty() {
                 return;
@@ -501,6 +492,27 @@ impl Session {
     }
 
     /// Write out every finished request at the front of the queue.
+    /// The live limits (a reload may have changed them since the last
+    /// read), copied into the session for this batch of input.
+    fn load_limits(&mut self) -> memshift_protocol::memcache::ParseLimits {
+        let settings = self.proxy.settings.load();
+        self.max_pending_replies = settings.max_pending_replies;
+        self.max_item_size = settings.limits.max_item_size;
+        self.max_pending_bytes = settings.max_pending_bytes;
+        settings.limits
+    }
+
+    /// Drop what has arrived of a refused request's data; false while more
+    /// of it is still to come.
+    fn skip_refused(&mut self) -> bool {
+        if self.skip > 0 {
+            let n = self.skip.min(self.rbuf.len());
+            self.rbuf.advance(n);
+            self.skip -= n;
+        }
+        self.skip == 0
+    }
+
     fn flush_ready(&mut self) {
         if self.wire == Wire::Binary && self.skip > 0 {
             // memcached sends nothing while it swallows a rejected body.

@@ -102,22 +102,12 @@ enum Answer {
 impl Session {
     /// Parse and dispatch every complete binary request in the read buffer.
     pub(super) fn process_binary_input(&mut self) {
-        let settings = self.proxy.settings.load();
-        let limits = settings.limits;
-        self.max_pending_replies = settings.max_pending_replies;
-        self.max_item_size = settings.limits.max_item_size;
-        self.max_pending_bytes = settings.max_pending_bytes;
+        let limits = self.load_limits();
         let sasl = self.proxy.sasl.is_some();
-        drop(settings);
         let now = Instant::now();
         while !self.closing && self.room_to_dispatch() {
-            if self.skip > 0 {
-                let n = self.skip.min(self.rbuf.len());
-                self.rbuf.advance(n);
-                self.skip -= n;
-                if self.skip > 0 {
-                    return;
-                }
+            if !self.skip_refused() {
+                return;
             }
             if self.rbuf.is_empty() {
                 return;
