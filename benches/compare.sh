@@ -726,7 +726,8 @@ if [ "${CLUSTER_BENCH:-1}" = 1 ]; then
             sleep 0.1
         done
     done
-    sed -e "s/127.0.0.1:$MS_PORT/127.0.0.1:$MSC_PORT/" \
+    # (no RESP listener: the first memshift holds that port)
+    sed -e "s/127.0.0.1:$MS_PORT/127.0.0.1:$MSC_PORT/" -e '/^resp_listen = /d' \
         -e "s|^shards = .*|mode = \"cluster\"\ncluster_nodes = [\"127.0.0.1:${C_PORTS[0]}\", \"127.0.0.1:${C_PORTS[1]}\"]|" \
         "$WORK/memshift.toml" >"$WORK/memshift-cluster.toml"
     cp "$WORK/memshift-cluster.toml" "$OUT/memshift-cluster.toml"
@@ -810,7 +811,8 @@ fi
 # A second memshift over the same (prefilled) shards with the near cache on;
 # zipf 0.99 keys, no pipelining, against memcached and the plain memshift.
 MSNC_PORT=$(free_port)
-sed -e "s/^listen = \"127.0.0.1:$MS_PORT\"/listen = \"127.0.0.1:$MSNC_PORT\"/" "$WORK/memshift.toml" >"$WORK/memshift-nc.toml"
+sed -e "s/^listen = \"127.0.0.1:$MS_PORT\"/listen = \"127.0.0.1:$MSNC_PORT\"/" -e '/^resp_listen = /d' \
+    "$WORK/memshift.toml" >"$WORK/memshift-nc.toml"
 printf '\n[near_cache]\nenabled = true\n' >>"$WORK/memshift-nc.toml"
 cp "$WORK/memshift-nc.toml" "$OUT/memshift-nc.toml"
 start memshiftnc "$MSNC_PORT" "$MEMSHIFT" --config "$WORK/memshift-nc.toml"
