@@ -157,11 +157,7 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
         let mut tasks = tokio::task::JoinSet::new();
         let mut last_progress = Instant::now();
         for (server, entry) in fresh {
-            if let Some(rate) = options.rate.filter(|r| *r > 0) {
-                // Pace starts so that item n begins no earlier than n / rate.
-                let due = started + Duration::from_secs_f64(started_items as f64 / rate as f64);
-                tokio::time::sleep_until(due.into()).await;
-            }
+            pace(options.rate, started, started_items).await;
             started_items += 1;
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 break;
@@ -231,6 +227,15 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
         );
     }
     Ok(summary)
+}
+
+/// `--rate`: wait until item `n` (from 0) may start, no earlier than
+/// `n / rate` seconds after `started`; no wait without a rate.
+async fn pace(rate: Option<u64>, started: Instant, n: u64) {
+    if let Some(rate) = rate.filter(|r| *r > 0) {
+        let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
+        tokio::time::sleep_until(due.into()).await;
+    }
 }
 
 fn print_progress(c: &Counters, total: u64, started: Instant) {

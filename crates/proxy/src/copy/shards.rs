@@ -30,7 +30,7 @@ use memshift_protocol::resp::{encode_command, Frame};
 use tokio::sync::Semaphore;
 
 use super::{
-    mismatch, print_progress, wait_until, CopyOptions, CopySummary, Counters, CONCURRENCY,
+    mismatch, pace, print_progress, wait_until, CopyOptions, CopySummary, Counters, CONCURRENCY,
     PROGRESS_EVERY,
 };
 use crate::config::{Config, RedisMode};
@@ -187,11 +187,7 @@ async fn copy(
                     counters.done.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                if let Some(rate) = options.rate.filter(|r| *r > 0) {
-                    // Pace starts so that key n begins no earlier than n / rate.
-                    let due = started + Duration::from_secs_f64(paced as f64 / rate as f64);
-                    tokio::time::sleep_until(due.into()).await;
-                }
+                pace(options.rate, started, paced).await;
                 paced += 1;
                 let Ok(permit) = limit.clone().acquire_owned().await else {
                     break;
