@@ -5,4 +5,5 @@
 mod clients;
 mod cross_protocol;
 mod hostile;
+mod near_cache;
 mod refused;

@@ -30,7 +30,8 @@ use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
 use crate::session::SessionEnd;
-use pending::{Pending, Render};
+use cmd::near_before_reply;
+use pending::{NearAfter, Pending, Render};
 
 /// Requests in flight before the session stops reading.
 const MAX_PENDING: usize = 1024;
@@ -237,7 +238,7 @@ impl RespSession {
                 Some(p) if p.waiting == 0 => {}
                 _ => return,
             }
-            let Some(p) = self.pending.pop_front() else {
+            let Some(mut p) = self.pending.pop_front() else {
                 return;
             };
             self.base_seq += 1;
@@ -249,8 +250,8 @@ impl RespSession {
                     now.saturating_duration_since(p.started).as_secs_f64(),
                 );
             }
-            if let (Some(hash), Some(near)) = (p.near_written, crate::near_cache::get()) {
-                near.invalidate_hash(hash);
+            if !matches!(p.near, NearAfter::Nothing) {
+                near_before_reply(&self.proxy, &mut p);
             }
             if matches!(p.render, Render::Close) {
                 self.pending.clear();

@@ -6,10 +6,12 @@
 //! * `strings`: commands on values memcached clients share (GET, SET, INCR, ...).
 //! * `relay`: single-key commands sent to the key's shard as they came.
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
+//! * `near`: GET/MGET through the near cache, and what writes do to it.
 //! * `refused`: what memshift cannot serve over a ring of shards, and why.
 
 mod connection;
 mod multi;
+mod near;
 mod refused;
 mod relay;
 mod server;
@@ -19,7 +21,9 @@ use bytes::Bytes;
 use memshift_protocol::resp::reply::Shape;
 use memshift_protocol::resp::CommandWriter;
 
-use super::pending::Render;
+pub(super) use near::near_before_reply;
+
+use super::pending::{NearAfter, Render};
 use super::RespSession;
 use crate::metrics::command_index;
 use crate::redis::ReplyTo;
@@ -329,8 +333,8 @@ impl RespSession {
         let written = self.invalidate_near(key);
         let cmd = cmd.unwrap_or_else(|| self.cmd_buf.split().freeze());
         let seq = self.push_waiting(render, 1);
-        if let Some(p) = self.pending.back_mut() {
-            p.near_written = written;
+        if let (Some(hash), Some(p)) = (written, self.pending.back_mut()) {
+            p.near = NearAfter::Written(hash);
         }
         routes
             .redis()
