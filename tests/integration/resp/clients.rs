@@ -113,7 +113,7 @@ fn redis_py_workload_with_near_cache_matches_plain_redis() {
     assert!(hits > 0.0, "the workload never hit the near cache");
 }
 
-fn redis_cli(port: u16, proto: u8) -> String {
+pub(super) fn redis_cli(port: u16, proto: u8) -> String {
     let mut cmd = Command::new("redis-cli");
     cmd.arg(format!("-{proto}"))
         .arg("-p")
