@@ -15,8 +15,8 @@ type Part = Option<Result<Frame, BackendError>>;
 /// How a finished request is written.
 #[derive(Debug)]
 pub(super) enum Render {
-    /// `bytes` is the reply.
-    Ready,
+    /// The reply, encoded.
+    Ready(Bytes),
     /// Write what came before, then close (QUIT, protocol error).
     Close,
     /// The one reply as it is, RESP3-shaped when the client asked for it.
@@ -55,8 +55,6 @@ pub(super) enum Render {
 #[derive(Debug)]
 pub(super) struct Pending {
     pub render: Render,
-    /// `Render::Ready`/`Close`: the encoded reply.
-    pub bytes: Bytes,
     parts: PartsVec,
     pub waiting: u32,
     /// Index into `metrics::COMMANDS`.
@@ -85,8 +83,8 @@ pub(super) enum NearAfter {
     WrittenMany(Vec<u64>),
     /// FLUSHDB/FLUSHALL: every shard's entries dropped again.
     Flushed,
-    /// GET of one key read from Redis.
-    Read(NearRead),
+    /// GET of one key read from Redis (boxed: keeps every `Pending` small).
+    Read(Box<NearRead>),
     /// MGET keys read from Redis (not the near cache's hits).
     ReadMany(Vec<NearRead>),
 }
@@ -111,10 +109,9 @@ enum PartsVec {
 }
 
 impl Pending {
-    pub fn ready(bytes: Bytes, render: Render, command: Option<usize>, now: Instant) -> Pending {
+    pub fn ready(render: Render, command: Option<usize>, now: Instant) -> Pending {
         Pending {
             render,
-            bytes,
             parts: PartsVec::One(None),
             waiting: 0,
             command,
@@ -133,7 +130,6 @@ impl Pending {
     ) -> Pending {
         Pending {
             render,
-            bytes: Bytes::new(),
             parts: if parts == 1 {
                 PartsVec::One(None)
             } else {
@@ -196,9 +192,10 @@ impl Pending {
     }
 
     pub fn render_into(self, buf: &mut BytesMut, v: RespVersion) {
-        if let Render::Ready | Render::Close = self.render {
-            buf.extend_from_slice(&self.bytes);
-            return;
+        match &self.render {
+            Render::Ready(bytes) => return buf.extend_from_slice(bytes),
+            Render::Close => return,
+            _ => {}
         }
         // A backend failure answers the whole request.
         let parts = self.parts();

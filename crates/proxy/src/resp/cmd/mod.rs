@@ -97,13 +97,6 @@ fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
     })
 }
 
-/// The `memshift_requests_total` command of a request named `name`.
-pub(super) fn metrics_command(name: &[u8]) -> Option<usize> {
-    let mut buf = [0u8; MAX_NAME];
-    let upper = upper(name, &mut buf)?;
-    command_index(lookup(upper)?.1)
-}
-
 /// Whether memshift serves the command (for COMMAND's answers).
 pub(super) fn is_served(name: &[u8]) -> bool {
     let mut buf = [0u8; MAX_NAME];
@@ -254,6 +247,7 @@ impl RespSession {
             return self.unknown_command();
         };
         let upper = &buf[..self.args[0].len()];
+        self.command = command_index(found.1);
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }
@@ -379,7 +373,7 @@ impl RespSession {
         self.cmd_buf.clear();
         f(&mut self.cmd_buf);
         let bytes = self.cmd_buf.split().freeze();
-        self.push_ready(bytes, Render::Ready);
+        self.push_ready(Render::Ready(bytes));
     }
 }
 

@@ -69,7 +69,7 @@ pub(in crate::resp) fn near_before_reply(proxy: &Proxy, p: &mut Pending) {
         NearAfter::Flushed => drop_all(&proxy.router.load()),
         NearAfter::Read(read) => {
             let limits = proxy.settings.load().near_cache;
-            answered(near, p, read, &limits);
+            answered(near, p, *read, &limits);
         }
         NearAfter::ReadMany(reads) => {
             let limits = proxy.settings.load().near_cache;
@@ -132,12 +132,12 @@ impl RespSession {
         };
         let seq = self.push_waiting(render, 1);
         if let Some(p) = self.pending.back_mut() {
-            p.near = NearAfter::Read(NearRead {
+            p.near = NearAfter::Read(Box::new(NearRead {
                 key,
                 ticket,
                 part: 0,
                 index: OWN_REPLY,
-            });
+            }));
         }
         routes
             .redis()
