@@ -157,7 +157,7 @@ impl RespSession {
         // (shard, slot, keys) per MGET; (shard, key index, ticket) per fill.
         let mut groups: Vec<(usize, Option<u16>, Vec<u32>)> = Vec::new();
         let mut fills = Vec::new();
-        for i in 0..n {
+        for (i, slot_of_key) in slots.iter_mut().enumerate() {
             let key = &self.args[1 + i];
             let shard = match Self::place(&routes, key) {
                 Placed::Shard(s) => s,
@@ -165,7 +165,7 @@ impl RespSession {
             };
             match lookup(&routes, shard, key, &limits) {
                 Lookup::Hit(hit) => {
-                    slots[i] = (NEAR_HIT, hits.len() as u32);
+                    *slot_of_key = (NEAR_HIT, hits.len() as u32);
                     hits.push(hit.data);
                 }
                 Lookup::Miss(Some(ticket)) => fills.push((shard, i, ticket)),
@@ -181,7 +181,7 @@ impl RespSession {
                             groups.len() - 1
                         }
                     };
-                    slots[i] = (g as u32, groups[g].2.len() as u32);
+                    *slot_of_key = (g as u32, groups[g].2.len() as u32);
                     groups[g].2.push(i as u32);
                 }
             }
