@@ -11,6 +11,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use memshift_tests::env::free_port;
+use memshift_tests::ops_support::{metric, wait_until};
 use memshift_tests::process::start_memshift_on_free_ports;
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{require_tools, Memshift, RedisClient, RedisServer, Resp};
@@ -20,15 +21,15 @@ use super::clients::redis_cli;
 const TOOLS: &[&str] = &["redis-server", "redis-cli"];
 
 /// memshift in cluster mode over `nodes` with its RESP listener on;
-/// returns it and its RESP port.
-fn start(nodes: &RedisClusterNodes, extra_tables: &str) -> (Memshift, u16) {
+/// returns it, its RESP port and its admin port.
+fn start(nodes: &RedisClusterNodes, extra_tables: &str) -> (Memshift, u16, u16) {
     let seeds = nodes.addrs()[..2]
         .iter()
         .map(|a| format!("\"{a}\""))
         .collect::<Vec<_>>()
         .join(", ");
     let mut resp_port = 0;
-    let (memshift, _, _) = start_memshift_on_free_ports(|port, admin| {
+    let (memshift, admin_port, _) = start_memshift_on_free_ports(|port, admin| {
         resp_port = free_port();
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nresp_listen = \"127.0.0.1:{resp_port}\"\n\
@@ -46,7 +47,7 @@ fn start(nodes: &RedisClusterNodes, extra_tables: &str) -> (Memshift, u16) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (memshift, resp_port)
+    (memshift, resp_port, admin_port)
 }
 
 fn connect(port: u16) -> RedisClient {
@@ -83,7 +84,7 @@ fn resp_over_cluster(name: &str, extra_tables: &str) {
         return;
     }
     let nodes = RedisClusterNodes::start();
-    let (memshift, resp_port) = start(&nodes, extra_tables);
+    let (memshift, resp_port, admin_port) = start(&nodes, extra_tables);
     let plain = RedisServer::start();
 
     // The redis-cli workload (FLUSHALL first: both start empty).
@@ -194,8 +195,23 @@ fn resp_over_cluster(name: &str, extra_tables: &str) {
         .expect("memcached set");
     assert_eq!(reply, "STORED\r\n");
     let want = Resp::Bulk(Some(b"hello".to_vec()));
+    let hits = || metric(admin_port, "memshift_near_cache_hits_total");
+    let before = hits();
     for _ in 0..3 {
         assert_eq!(m.cmd(&[b"GET", b"xp:mc"]).expect("GET"), want);
+    }
+    if !extra_tables.is_empty() {
+        // Admitted on the first read: the next ones are near-cache hits
+        // (once the masters' tracking connections are up).
+        wait_until(
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+            "a near-cache hit",
+            || {
+                assert_eq!(m.cmd(&[b"GET", b"xp:mc"]).expect("GET"), want);
+                (hits() > before).then_some(())
+            },
+        );
     }
     assert_eq!(
         m.cmd(&[b"SET", b"xp:resp", b"world"]).expect("SET"),
