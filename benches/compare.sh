@@ -853,24 +853,58 @@ done
 # Redis directly, same settings: GET, SET, and MGET of 10 random keys, without
 # pipelining and with 16 requests per pipeline. Goal (issue 17): memshift >=
 # 0.8x Redis direct at -P 1, >= 1.5x at -P 16 (its 3 shards in parallel).
+# Keys: `-r $KEYS` (key:000000000000 .. 99,999). Without -r, redis-benchmark's
+# `key:__rand_int__` is ONE key: every request would go to one shard, which
+# measures one shard behind a proxy, not memshift's ring. With -r the keys
+# spread over the 3 shards as a real workload's do, and MGET's 10 keys are
+# split across them (what the RESP listener has to do).
+# CPU per request: each test runs alone, and the CPU time of memshift, of its
+# shards and of Redis direct is divided by the requests. With every server on
+# one core (SUT_CPU), throughput is bounded by the sum: memshift's ratio to
+# Redis direct is at most direct / (memshift + shards) per request.
 if [ "${RESP:-1}" -eq 1 ]; then
     RESP_N=${RESP_N:-$(( QUICK == 1 ? 50000 : 200000 ))}
     log "RESP: redis-benchmark -P 1 / -P 16, memshift's RESP port vs Redis direct ($RESP_N requests per run)"
     mget_keys=()
     for _ in 1 2 3 4 5 6 7 8 9 10; do mget_keys+=("key:__rand_int__"); done
     resp_bench() { # SYSTEM PORT PIPELINE ROUND
-        local sys=$1 port=$2 p=$3 round=$4 csv
-        csv=$( {
-            "${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" -n "$RESP_N" \
-                -d "$VALUE" -r "$KEYS" -P "$p" -t set,get --csv 2>/dev/null
-            "${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" -n "$RESP_N" \
-                -r "$KEYS" -P "$p" --csv MGET "${mget_keys[@]}" 2>/dev/null | sed 's/^"MGET[^"]*"/"MGET"/'
-        } )
-        python3 - "$sys" "$p" "$round" "$csv" >>"$RESULTS" <<'PY'
-import csv, io, json, sys
-sys_, p, rnd, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-rps = {row["test"].lower(): float(row["rps"]) for row in csv.DictReader(io.StringIO(text)) if row.get("test") != "test"}
-print(json.dumps({"system": "resp-" + sys_, "scenario": "resp-P%d" % p, "round": rnd, "report": rps}))
+        local sys=$1 port=$2 p=$3 round=$4 t csv proxy_pids backend_pids a0 b0 a1 b1 rows=""
+        if [ "$sys" = memshift ]; then
+            proxy_pids=$PID_memshift; backend_pids="${SHARD_PIDS[*]}"
+        else
+            proxy_pids=""; backend_pids=$PID_redis
+        fi
+        for t in get set mget; do
+            # redis-benchmark stops at the first error reply (a backend
+            # timeout on an overloaded machine): that test has no figure.
+            # shellcheck disable=SC2086 # pid lists
+            a0=$(ticks $proxy_pids); b0=$(ticks $backend_pids)
+            if [ "$t" = mget ]; then
+                csv=$("${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" -n "$RESP_N" \
+                    -r "$KEYS" -P "$p" --csv MGET "${mget_keys[@]}" 2>/dev/null | sed 's/^"MGET[^"]*"/"MGET"/' || true)
+            else
+                csv=$("${LOADGEN[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNS" -n "$RESP_N" \
+                    -d "$VALUE" -r "$KEYS" -P "$p" -t "$t" --csv 2>/dev/null || true)
+            fi
+            # shellcheck disable=SC2086 # pid lists
+            a1=$(ticks $proxy_pids); b1=$(ticks $backend_pids)
+            rows+="$t $((a1 - a0)) $((b1 - b0)) $(printf '%s\n' "$csv" | tail -1)"$'\n'
+        done
+        python3 - "$sys" "$p" "$round" "$RESP_N" "$CLK_TCK" "$rows" >>"$RESULTS" <<'PY'
+import json, sys
+sys_, p, rnd, n, tck, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+rps, cpu = {}, {}
+for line in text.splitlines():
+    if not line.strip():
+        continue
+    test, proxy, backend, row = line.split(" ", 3)
+    fields = [f.strip('"') for f in row.split(",")]
+    try:
+        rps[test] = float(fields[1])
+    except (IndexError, ValueError):
+        continue
+    cpu[test] = {"proxy_us": int(proxy) / tck / n * 1e6, "backend_us": int(backend) / tck / n * 1e6}
+print(json.dumps({"system": "resp-" + sys_, "scenario": "resp-P%d" % p, "round": rnd, "report": rps, "cpu": cpu}))
 PY
     }
     for round in $(seq 1 "$ROUNDS"); do
@@ -882,19 +916,30 @@ PY
     python3 - "$RESULTS" >"$OUT/resp.md" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+def pick(sys_, p):
+    return [r for r in rows if r["system"] == sys_ and r["scenario"] == "resp-P%d" % p]
 def med(sys_, p, test):
-    v = [r["report"].get(test) for r in rows if r["system"] == sys_ and r["scenario"] == "resp-P%d" % p]
+    v = [r["report"].get(test) for r in pick(sys_, p)]
     v = [x for x in v if x]
     return statistics.median(v) if v else None
-print("## RESP listener: redis-benchmark requests/s (median)\n")
-print("| test | pipeline | memshift RESP | Redis direct | ratio | goal |")
-print("|---|---|---|---|---|---|")
+def cpu(sys_, p, test, part):
+    v = [r.get("cpu", {}).get(test, {}).get(part) for r in pick(sys_, p)]
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+def f(x):
+    return "-" if x is None else f"{x:.2f}"
+print("## RESP listener: redis-benchmark requests/s and CPU µs per request (medians)\n")
+print("| test | pipeline | memshift RESP | Redis direct | ratio | goal | memshift µs/req | its shards µs/req | Redis direct µs/req | CPU bound: direct / (memshift + shards) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for p, goal in ((1, 0.8), (16, 1.5)):
     for t in ("get", "set", "mget"):
         m, r = med("resp-memshift", p, t), med("resp-redis", p, t)
         ratio = m / r if m and r else None
         ok = "" if ratio is None else ("met" if ratio >= goal else "not met")
-        print(f"| {t.upper()} | {p} | {m or 0:,.0f} | {r or 0:,.0f} | {ratio or 0:.2f}x | >= {goal}x {ok} |")
+        mp, ms, rd = cpu("resp-memshift", p, t, "proxy_us"), cpu("resp-memshift", p, t, "backend_us"), cpu("resp-redis", p, t, "backend_us")
+        bound = rd / (mp + ms) if mp and ms is not None and rd else None
+        print(f"| {t.upper()} | {p} | {m or 0:,.0f} | {r or 0:,.0f} | {ratio or 0:.2f}x | >= {goal}x {ok} "
+              f"| {f(mp)} | {f(ms)} | {f(rd)} | {f(bound)}x |")
 PY
     cat "$OUT/resp.md" >&2
 fi

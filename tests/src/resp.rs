@@ -37,6 +37,15 @@ impl Resp {
     }
 }
 
+fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// One blocking connection to a Redis server.
 pub struct RedisClient {
     reader: BufReader<TcpStream>,
@@ -61,14 +70,20 @@ impl RedisClient {
 
     /// Sends one command and reads its reply.
     pub fn cmd(&mut self, args: &[&[u8]]) -> io::Result<Resp> {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
-        }
+        let mut out = Vec::new();
+        encode(&mut out, args);
         self.writer.write_all(&out)?;
         self.read_reply(0)
+    }
+
+    /// Sends several commands in one write, then reads their replies.
+    pub fn pipeline(&mut self, cmds: &[&[&[u8]]]) -> io::Result<Vec<Resp>> {
+        let mut out = Vec::new();
+        for args in cmds {
+            encode(&mut out, args);
+        }
+        self.writer.write_all(&out)?;
+        cmds.iter().map(|_| self.read_reply(0)).collect()
     }
 
     fn read_line(&mut self) -> io::Result<Vec<u8>> {

@@ -26,27 +26,17 @@ impl RespCluster {
 
     /// `server_extra`: more `[server]` lines (e.g. `resp_password`).
     pub fn start_with(shards: usize, server_extra: &str) -> Self {
+        Self::start_with_tables(shards, server_extra, "")
+    }
+
+    /// `extra_tables`: more tables (e.g. `[near_cache]`).
+    pub fn start_with_tables(shards: usize, server_extra: &str, extra_tables: &str) -> Self {
         let shards: Vec<RedisServer> = (0..shards).map(|_| RedisServer::start()).collect();
         let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
-        let mut resp_port = 0;
-        let (memshift, admin_port, _) = start_memshift_on_free_ports(|port, admin_port| {
-            resp_port = free_port();
-            let opts = ClusterOptions {
-                server_extra: format!("resp_listen = \"127.0.0.1:{resp_port}\"\n{server_extra}"),
-                ..ClusterOptions::default()
-            };
-            memshift_config(port, admin_port, &addrs, &opts)
+        let (memshift, resp_port, admin_port) = start_resp_memshift(&addrs, |opts| {
+            opts.server_extra.push_str(server_extra);
+            opts.extra_tables.push_str(extra_tables);
         });
-        // The RESP listener binds right after the memcached one.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", resp_port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the RESP listener never accepted:\n{}",
-                memshift.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
         RespCluster {
             memshift,
             shards,
@@ -66,6 +56,36 @@ impl RespCluster {
             .expect("timeout");
         s
     }
+}
+
+/// memshift (phase `redis`) over `addrs` with its RESP listener on, once
+/// it accepts there; `options` adjusts the config. Returns it, the RESP
+/// port and the admin port.
+pub fn start_resp_memshift(
+    addrs: &[String],
+    options: impl Fn(&mut ClusterOptions),
+) -> (Memshift, u16, u16) {
+    let mut resp_port = 0;
+    let (memshift, admin_port, _) = start_memshift_on_free_ports(|port, admin_port| {
+        resp_port = free_port();
+        let mut opts = ClusterOptions {
+            server_extra: format!("resp_listen = \"127.0.0.1:{resp_port}\"\n"),
+            ..ClusterOptions::default()
+        };
+        options(&mut opts);
+        memshift_config(port, admin_port, addrs, &opts)
+    });
+    // The RESP listener binds right after the memcached one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", resp_port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the RESP listener never accepted:\n{}",
+            memshift.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (memshift, resp_port, admin_port)
 }
 
 /// Send `bytes`, then read until the peer closes or `idle` passes with

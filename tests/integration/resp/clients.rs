@@ -48,23 +48,8 @@ fn redis_py_workload_matches_plain_redis() {
     ) {
         return;
     }
-    let python = redis_py_python();
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let script = tmp.path().join("workload.py");
-    std::fs::write(&script, WORKLOAD_PY).expect("write workload");
     let cluster = RespCluster::start();
-    let plain = RedisServer::start();
-    for proto in [2, 3] {
-        let want = redis_py(&python, &script, plain.port(), proto);
-        let got = redis_py(&python, &script, cluster.resp_port, proto);
-        assert!(
-            want == got,
-            "RESP{proto}: memshift differs from plain Redis at {}\nmemshift stderr:\n{}",
-            first_difference(&want, &got),
-            cluster.memshift.stderr()
-        );
-        assert!(want.lines().count() > 150, "the workload ran: {want}");
-    }
+    redis_py_matches_plain_redis(&cluster);
     // MSET through the RESP port spreads keys over every shard.
     let mut c = memshift_tests::RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(10))
         .expect("connect");
@@ -86,7 +71,49 @@ fn redis_py_workload_matches_plain_redis() {
     assert_eq!(sizes.iter().sum::<i64>(), 30);
 }
 
-fn redis_cli(port: u16, proto: u8) -> String {
+/// The redis-py workload through `cluster` and through a plain Redis, in
+/// RESP2 and RESP3: the same output.
+fn redis_py_matches_plain_redis(cluster: &RespCluster) {
+    let python = redis_py_python();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let script = tmp.path().join("workload.py");
+    std::fs::write(&script, WORKLOAD_PY).expect("write workload");
+    let plain = RedisServer::start();
+    for proto in [2, 3] {
+        let want = redis_py(&python, &script, plain.port(), proto);
+        let got = redis_py(&python, &script, cluster.resp_port, proto);
+        assert!(
+            want == got,
+            "RESP{proto}: memshift differs from plain Redis at {}\nmemshift stderr:\n{}",
+            first_difference(&want, &got),
+            cluster.memshift.stderr()
+        );
+        assert!(want.lines().count() > 150, "the workload ran: {want}");
+    }
+}
+
+/// The same with the near cache on, every key admitted on its first read
+/// (so the workload's repeated reads are hits).
+#[test]
+fn redis_py_workload_with_near_cache_matches_plain_redis() {
+    if !require_tools(
+        "redis_py_workload_with_near_cache_matches_plain_redis",
+        &["python3", "redis-server"],
+    ) {
+        return;
+    }
+    let cluster = RespCluster::start_with_tables(
+        3,
+        "",
+        "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 1\n",
+    );
+    redis_py_matches_plain_redis(&cluster);
+    let hits =
+        memshift_tests::ops_support::metric(cluster.admin_port, "memshift_near_cache_hits_total");
+    assert!(hits > 0.0, "the workload never hit the near cache");
+}
+
+pub(super) fn redis_cli(port: u16, proto: u8) -> String {
     let mut cmd = Command::new("redis-cli");
     cmd.arg(format!("-{proto}"))
         .arg("-p")

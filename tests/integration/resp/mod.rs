@@ -3,6 +3,8 @@
 //! protocols, hostile input, refused commands and authentication.
 
 mod clients;
+mod cluster;
 mod cross_protocol;
 mod hostile;
+mod near_cache;
 mod refused;

@@ -30,7 +30,8 @@ use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
 use crate::session::SessionEnd;
-use pending::{Pending, Render};
+use cmd::near_before_reply;
+use pending::{NearAfter, Pending, Render};
 
 /// Requests in flight before the session stops reading.
 const MAX_PENDING: usize = 1024;
@@ -57,6 +58,10 @@ pub struct RespSession {
     parser: RequestParser,
     /// The arguments of the request being dispatched (slices of its frame).
     args: Vec<Bytes>,
+    /// Its `metrics::COMMANDS` index (set by `dispatch`).
+    command: Option<usize>,
+    /// `[redis] timeout_ms`, read once per batch of requests.
+    request_timeout: std::time::Duration,
     pending: VecDeque<Pending>,
     /// Sequence number of `pending[0]`.
     base_seq: u64,
@@ -90,6 +95,8 @@ impl RespSession {
             cmd_buf: BytesMut::new(),
             parser: RequestParser::new(),
             args: Vec::new(),
+            command: None,
+            request_timeout: std::time::Duration::ZERO,
             pending: VecDeque::new(),
             base_seq: 0,
             tx,
@@ -190,6 +197,7 @@ impl RespSession {
             unauthenticated: !self.authenticated,
         };
         drop(settings);
+        self.request_timeout = self.proxy.router.load().redis().request_timeout;
         while !self.closing && self.pending.len() < MAX_PENDING {
             match self.parser.parse(&self.rbuf, &limits) {
                 Ok(None) => {
@@ -200,13 +208,14 @@ impl RespSession {
                             "closing a RESP client whose request exceeds the query buffer limit"
                         );
                         self.rbuf.clear();
-                        self.push_ready(Bytes::new(), Render::Close);
+                        self.push_ready(Render::Close);
                     }
                     return;
                 }
                 Ok(Some(consumed)) => {
                     let frame = self.rbuf.split_to(consumed).freeze();
                     self.args.clear();
+                    self.command = None;
                     for range in self.parser.args() {
                         self.args.push(frame.slice(range.clone()));
                     }
@@ -221,7 +230,7 @@ impl RespSession {
                     // Redis answers a protocol error and closes.
                     tracing::debug!(error = %e, "RESP protocol error");
                     self.push_error(format!("ERR {e}").as_bytes());
-                    self.push_ready(Bytes::new(), Render::Close);
+                    self.push_ready(Render::Close);
                     self.rbuf.clear();
                     return;
                 }
@@ -237,7 +246,7 @@ impl RespSession {
                 Some(p) if p.waiting == 0 => {}
                 _ => return,
             }
-            let Some(p) = self.pending.pop_front() else {
+            let Some(mut p) = self.pending.pop_front() else {
                 return;
             };
             self.base_seq += 1;
@@ -249,8 +258,8 @@ impl RespSession {
                     now.saturating_duration_since(p.started).as_secs_f64(),
                 );
             }
-            if let (Some(hash), Some(near)) = (p.near_written, crate::near_cache::get()) {
-                near.invalidate_hash(hash);
+            if !matches!(p.near, NearAfter::Nothing) {
+                near_before_reply(&self.proxy, &mut p);
             }
             if matches!(p.render, Render::Close) {
                 self.pending.clear();
@@ -280,11 +289,10 @@ impl RespSession {
         }
     }
 
-    /// Queue a reply already known (encoded in `bytes`).
-    fn push_ready(&mut self, bytes: Bytes, render: Render) {
-        let command = self.current_command();
+    /// Queue a reply already known (`Render::Ready` or `Close`).
+    fn push_ready(&mut self, render: Render) {
         self.pending
-            .push_back(Pending::ready(bytes, render, command, Instant::now()));
+            .push_back(Pending::ready(render, self.command, Instant::now()));
     }
 
     /// Queue an error reply (`text` starts with its code: `ERR ...`).
@@ -294,16 +302,16 @@ impl RespSession {
         out::error(&mut b, text);
         let bytes = b.split().freeze();
         self.cmd_buf = b;
-        self.push_ready(bytes, Render::Ready);
+        self.push_ready(Render::Ready(bytes));
     }
 
     /// Queue a request waiting on `parts` backend replies; returns its
     /// sequence number.
     fn push_waiting(&mut self, render: Render, parts: usize) -> u64 {
         let seq = self.base_seq + self.pending.len() as u64;
-        let timeout = self.proxy.router.load().redis().request_timeout;
+        let timeout = self.request_timeout;
         let now = Instant::now();
-        let command = self.current_command();
+        let command = self.command;
         self.pending.push_back(Pending::waiting(
             render,
             parts,
@@ -314,12 +322,6 @@ impl RespSession {
             now + timeout * 2 + std::time::Duration::from_millis(100),
         ));
         seq
-    }
-
-    fn current_command(&self) -> Option<usize> {
-        self.args
-            .first()
-            .and_then(|name| cmd::metrics_command(name))
     }
 }
 

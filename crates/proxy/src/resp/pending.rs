@@ -6,6 +6,7 @@ use memshift_protocol::resp::reply::{self as out, RespVersion, Shape};
 use memshift_protocol::resp::Frame;
 use tokio::time::Instant;
 
+use crate::near_cache::store::Ticket;
 use crate::redis::encoding;
 use crate::redis::{BackendError, Reply};
 
@@ -14,8 +15,8 @@ type Part = Option<Result<Frame, BackendError>>;
 /// How a finished request is written.
 #[derive(Debug)]
 pub(super) enum Render {
-    /// `bytes` is the reply.
-    Ready,
+    /// The reply, encoded.
+    Ready(Bytes),
     /// Write what came before, then close (QUIT, protocol error).
     Close,
     /// The one reply as it is, RESP3-shaped when the client asked for it.
@@ -23,6 +24,9 @@ pub(super) enum Render {
     /// A string value: memshift's item header is taken off (GET, GETDEL,
     /// GETEX, SET ... GET).
     Value,
+    /// GET read for the near cache (`cmd::near`): `{value, pttl}`, the
+    /// value rendered as [`Render::Value`].
+    FillValue,
     /// A bulk string of digits is an integer reply (INCR through the
     /// wrapping script, which returns the digits to keep 64-bit precision).
     IntegerFromBulk,
@@ -30,8 +34,13 @@ pub(super) enum Render {
     SetNx,
     /// GETRANGE on the value without its header.
     Range { start: i64, end: i64 },
-    /// MGET split by shard: `slots[i]` = (part, index in that part's reply).
-    Mget { slots: Vec<(u32, u32)> },
+    /// MGET split by shard: `slots[i]` = (part, index in that part's
+    /// reply); part [`NEAR_HIT`]: `hits[index]` (near cache); index
+    /// [`OWN_REPLY`]: the part is that key's own near-cache fill read.
+    Mget {
+        slots: Vec<(u32, u32)>,
+        hits: Vec<Bytes>,
+    },
     /// DEL, UNLINK, EXISTS, TOUCH, DBSIZE: the parts' integers summed.
     Sum,
     /// MSET, FLUSHDB, FLUSHALL: OK when every part is OK.
@@ -46,17 +55,50 @@ pub(super) enum Render {
 #[derive(Debug)]
 pub(super) struct Pending {
     pub render: Render,
-    /// `Render::Ready`/`Close`: the encoded reply.
-    pub bytes: Bytes,
     parts: PartsVec,
     pub waiting: u32,
     /// Index into `metrics::COMMANDS`.
     pub command: Option<usize>,
     pub started: Instant,
     pub deadline: Instant,
-    /// Near cache: hash of the key this request may have changed,
-    /// invalidated again just before its reply (read-your-writes).
-    pub near_written: Option<u64>,
+    /// Near cache: what to do just before the reply is written.
+    pub near: NearAfter,
+}
+
+/// `Render::Mget` slot part of a key the near cache answered.
+pub(super) const NEAR_HIT: u32 = u32::MAX;
+/// `Render::Mget` slot index of a key read on its own (a fill read).
+pub(super) const OWN_REPLY: u32 = u32::MAX;
+
+/// The near cache's part in a request, done just before its reply is
+/// written (see `cmd::near`).
+#[derive(Debug, Default)]
+pub(super) enum NearAfter {
+    #[default]
+    Nothing,
+    /// A write of the key with this hash: invalidated again
+    /// (read-your-writes).
+    Written(u64),
+    /// A multi-key write: every key's hash, as `Written`.
+    WrittenMany(Vec<u64>),
+    /// FLUSHDB/FLUSHALL: every shard's entries dropped again.
+    Flushed,
+    /// GET of one key read from Redis (boxed: keeps every `Pending` small).
+    Read(Box<NearRead>),
+    /// MGET keys read from Redis (not the near cache's hits).
+    ReadMany(Vec<NearRead>),
+}
+
+/// A key read from Redis: its answer drops older copies of the item on
+/// every thread and, with a ticket, fills the near cache.
+#[derive(Debug)]
+pub(super) struct NearRead {
+    pub key: Bytes,
+    pub ticket: Option<Ticket>,
+    /// Where its answer is: part, and index in an MGET reply
+    /// ([`OWN_REPLY`]: the part is a GET or fill reply of its own).
+    pub part: u32,
+    pub index: u32,
 }
 
 /// One reply inline (the common case: single-key commands), more in a Vec.
@@ -67,16 +109,15 @@ enum PartsVec {
 }
 
 impl Pending {
-    pub fn ready(bytes: Bytes, render: Render, command: Option<usize>, now: Instant) -> Pending {
+    pub fn ready(render: Render, command: Option<usize>, now: Instant) -> Pending {
         Pending {
             render,
-            bytes,
             parts: PartsVec::One(None),
             waiting: 0,
             command,
             started: now,
             deadline: now,
-            near_written: None,
+            near: NearAfter::Nothing,
         }
     }
 
@@ -89,7 +130,6 @@ impl Pending {
     ) -> Pending {
         Pending {
             render,
-            bytes: Bytes::new(),
             parts: if parts == 1 {
                 PartsVec::One(None)
             } else {
@@ -99,7 +139,7 @@ impl Pending {
             command,
             started: now,
             deadline,
-            near_written: None,
+            near: NearAfter::Nothing,
         }
     }
 
@@ -136,6 +176,14 @@ impl Pending {
         self.waiting = 0;
     }
 
+    /// Part `part`'s frame, if it came.
+    pub fn frame(&self, part: u32) -> Option<&Frame> {
+        match self.parts().get(part as usize) {
+            Some(Some(Ok(f))) => Some(f),
+            _ => None,
+        }
+    }
+
     fn parts(&self) -> &[Part] {
         match &self.parts {
             PartsVec::One(p) => std::slice::from_ref(p),
@@ -144,9 +192,10 @@ impl Pending {
     }
 
     pub fn render_into(self, buf: &mut BytesMut, v: RespVersion) {
-        if let Render::Ready | Render::Close = self.render {
-            buf.extend_from_slice(&self.bytes);
-            return;
+        match &self.render {
+            Render::Ready(bytes) => return buf.extend_from_slice(bytes),
+            Render::Close => return,
+            _ => {}
         }
         // A backend failure answers the whole request.
         let parts = self.parts();
@@ -168,6 +217,10 @@ impl Pending {
         match (&self.render, first) {
             (Render::Relay(shape), Some(f)) => out::frame(buf, f, v, *shape),
             (Render::Value, Some(Frame::Bulk(b))) => value(buf, b),
+            (Render::FillValue, Some(Frame::Array(items))) => match items.first() {
+                Some(Frame::Bulk(b)) => value(buf, b),
+                _ => out::null(buf, v),
+            },
             (Render::IntegerFromBulk, Some(Frame::Bulk(b))) => {
                 match memshift_protocol::resp::request::string2ll(b) {
                     Some(n) => out::integer(buf, n),
@@ -181,17 +234,36 @@ impl Pending {
                 out::bulk(buf, get_range(&data, *start, *end));
             }
             (Render::Range { .. }, Some(Frame::Null)) => out::bulk(buf, b""),
-            (Render::Mget { slots }, _) => {
-                if let Some(err) = frames().find(|f| matches!(f, Frame::Error(_))) {
+            (Render::Mget { slots, hits }, _) => {
+                // An MGET's error (a cluster's CROSSSLOT, say) answers the
+                // request; a fill read's (WRONGTYPE) is that key's nil, as
+                // MGET answers a key that is not a string.
+                let mget_error = slots
+                    .iter()
+                    .filter(|&&(part, index)| part != NEAR_HIT && index != OWN_REPLY)
+                    .find_map(|&(part, _)| match parts.get(part as usize) {
+                        Some(Some(Ok(f @ Frame::Error(_)))) => Some(f),
+                        _ => None,
+                    });
+                if let Some(err) = mget_error {
                     return out::frame(buf, err, v, Shape::Plain);
                 }
                 out::array(buf, slots.len());
                 for &(part, index) in slots {
-                    match parts.get(part as usize) {
-                        Some(Some(Ok(Frame::Array(items)))) => match items.get(index as usize) {
-                            Some(Frame::Bulk(b)) => value(buf, b),
-                            _ => out::null(buf, v),
-                        },
+                    if part == NEAR_HIT {
+                        match hits.get(index as usize) {
+                            Some(data) => out::bulk(buf, data),
+                            None => out::null(buf, v),
+                        }
+                        continue;
+                    }
+                    let item = match parts.get(part as usize) {
+                        Some(Some(Ok(Frame::Array(items)))) if index == OWN_REPLY => items.first(),
+                        Some(Some(Ok(Frame::Array(items)))) => items.get(index as usize),
+                        _ => None,
+                    };
+                    match item {
+                        Some(Frame::Bulk(b)) => value(buf, b),
                         _ => out::null(buf, v),
                     }
                 }

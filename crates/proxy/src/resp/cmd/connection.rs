@@ -36,7 +36,7 @@ impl RespSession {
             },
             b"QUIT" => {
                 self.push_bytes(|b| out::simple(b, b"OK"));
-                self.push_ready(Bytes::new(), Render::Close);
+                self.push_ready(Render::Close);
             }
             b"RESET" => {
                 self.version = RespVersion::Resp2;

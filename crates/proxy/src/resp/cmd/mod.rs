@@ -6,10 +6,12 @@
 //! * `strings`: commands on values memcached clients share (GET, SET, INCR, ...).
 //! * `relay`: single-key commands sent to the key's shard as they came.
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
+//! * `near`: GET/MGET through the near cache, and what writes do to it.
 //! * `refused`: what memshift cannot serve over a ring of shards, and why.
 
 mod connection;
 mod multi;
+mod near;
 mod refused;
 mod relay;
 mod server;
@@ -19,7 +21,9 @@ use bytes::Bytes;
 use memshift_protocol::resp::reply::Shape;
 use memshift_protocol::resp::CommandWriter;
 
-use super::pending::Render;
+pub(super) use near::near_before_reply;
+
+use super::pending::{NearAfter, Render};
 use super::RespSession;
 use crate::metrics::command_index;
 use crate::redis::ReplyTo;
@@ -91,13 +95,6 @@ fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" => (Script, "scripts"),
         other => (Refused(refused::reason(other)?), "refused"),
     })
-}
-
-/// The `memshift_requests_total` command of a request named `name`.
-pub(super) fn metrics_command(name: &[u8]) -> Option<usize> {
-    let mut buf = [0u8; MAX_NAME];
-    let upper = upper(name, &mut buf)?;
-    command_index(lookup(upper)?.1)
 }
 
 /// Whether memshift serves the command (for COMMAND's answers).
@@ -250,6 +247,7 @@ impl RespSession {
             return self.unknown_command();
         };
         let upper = &buf[..self.args[0].len()];
+        self.command = command_index(found.1);
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }
@@ -329,8 +327,8 @@ impl RespSession {
         let written = self.invalidate_near(key);
         let cmd = cmd.unwrap_or_else(|| self.cmd_buf.split().freeze());
         let seq = self.push_waiting(render, 1);
-        if let Some(p) = self.pending.back_mut() {
-            p.near_written = written;
+        if let (Some(hash), Some(p)) = (written, self.pending.back_mut()) {
+            p.near = NearAfter::Written(hash);
         }
         routes
             .redis()
@@ -375,7 +373,7 @@ impl RespSession {
         self.cmd_buf.clear();
         f(&mut self.cmd_buf);
         let bytes = self.cmd_buf.split().freeze();
-        self.push_ready(bytes, Render::Ready);
+        self.push_ready(Render::Ready(bytes));
     }
 }
 

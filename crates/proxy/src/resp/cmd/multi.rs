@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use memshift_protocol::resp::CommandWriter;
 
-use super::super::pending::Render;
+use super::super::pending::{NearAfter, Render};
 use super::super::RespSession;
 use super::Placed;
 use crate::redis::encoding;
@@ -21,14 +21,24 @@ struct Group {
 impl RespSession {
     pub(super) fn multi(&mut self, upper: &[u8], raw: Option<Bytes>) {
         let n = self.args.len();
+        if upper == b"MGET" && n >= 2 && crate::near_cache::get().is_some() {
+            return self.mget_near();
+        }
         let (step, render) = match upper {
-            b"MGET" if n >= 2 => (1, Render::Mget { slots: Vec::new() }),
+            b"MGET" if n >= 2 => (
+                1,
+                Render::Mget {
+                    slots: Vec::new(),
+                    hits: Vec::new(),
+                },
+            ),
             b"MSET" if n >= 3 && n % 2 == 1 => (2, Render::AllOk),
             b"MSETNX" if n >= 3 && n % 2 == 1 => (2, Render::Relay(Default::default())),
             b"DEL" | b"UNLINK" | b"EXISTS" | b"TOUCH" if n >= 2 => (1, Render::Sum),
             _ => return self.arity_error(),
         };
-        let Some(groups) = self.group(step) else {
+        let mut written = Vec::new();
+        let Some(groups) = self.group(step, &mut written) else {
             return;
         };
         let with_values = step == 2;
@@ -45,12 +55,19 @@ impl RespSession {
                         slots[k as usize] = (part as u32, index as u32);
                     }
                 }
-                Render::Mget { slots }
+                Render::Mget {
+                    slots,
+                    hits: Vec::new(),
+                }
             }
             other => other,
         };
         let routes = self.proxy.router.load();
         let seq = self.push_waiting(render, groups.len());
+        if let (false, Some(p)) = (written.is_empty(), self.pending.back_mut()) {
+            // Invalidated again before the reply (read-your-writes).
+            p.near = NearAfter::WrittenMany(written);
+        }
         if groups.len() == 1 && !with_values {
             if let Some(raw) = raw {
                 routes
@@ -82,8 +99,9 @@ impl RespSession {
 
     /// The request's keys (every `step`-th argument from 1) by shard, in
     /// the order their groups first appear; `None` when a key cannot be
-    /// served (the error is queued).
-    fn group(&mut self, step: usize) -> Option<Vec<Group>> {
+    /// served (the error is queued). Near cache: the keys a write changes
+    /// are invalidated and their hashes added to `written`.
+    fn group(&mut self, step: usize, written: &mut Vec<u64>) -> Option<Vec<Group>> {
         let routes = self.proxy.router.load();
         let redis = routes.redis();
         let mut groups: Vec<Group> = Vec::new();
@@ -95,7 +113,7 @@ impl RespSession {
                     return None;
                 }
             };
-            self.invalidate_near(key);
+            written.extend(self.invalidate_near(key));
             let slot = redis.cluster_slot(key);
             match groups
                 .iter_mut()

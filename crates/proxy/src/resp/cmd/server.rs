@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use memshift_protocol::resp::reply as out;
 
-use super::super::pending::Render;
+use super::super::pending::{NearAfter, Render};
 use super::super::RespSession;
 use super::connection::REDIS_VERSION;
 
@@ -29,7 +29,14 @@ impl RespSession {
                 crate::stats::bump(&self.proxy.stats.cmd_flush);
                 // One keyspace: FLUSHALL is FLUSHDB of database 0 everywhere.
                 self.args[0] = Bytes::from_static(b"FLUSHDB");
-                self.broadcast(Render::AllOk)
+                self.broadcast(Render::AllOk);
+                if crate::near_cache::get().is_some() {
+                    // Now and again before the reply (read-your-writes).
+                    super::near::drop_all(&self.proxy.router.load());
+                    if let Some(p) = self.pending.back_mut() {
+                        p.near = NearAfter::Flushed;
+                    }
+                }
             }
             b"SCRIPT" => self.script_admin(),
             b"INFO" => self.info(),
