@@ -1,8 +1,9 @@
 //! The timer for a session's front request deadline, kept across the
-//! request loop's waits instead of a new `Sleep` per wait: each new one is
-//! inserted into (and on drop removed from) the runtime's timer wheel under
-//! a lock every connection shares, and an unpipelined request passed
-//! through one such wait or more.
+//! request loop's waits while the session is busy instead of a new `Sleep`
+//! per wait: each new one is inserted into (and on drop removed from) the
+//! runtime's timer wheel under a lock every connection shares. (It lives in
+//! the busy loop, not for the session's life: a persistent one added
+//! ~0.1 KiB to every idle connection.)
 
 use std::pin::Pin;
 

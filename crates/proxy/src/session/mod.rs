@@ -202,8 +202,6 @@ impl Session {
         // session waits on the same watch, whose waiter list is one lock.
         // It completes once; the session then drains and ends.
         let mut shutdown = std::pin::pin!(shutdown.changed());
-        let mut deadline = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
-        let mut deadline = Deadline::new(deadline.as_mut());
         loop {
             if self.draining {
                 return SessionEnd::Shutdown;
@@ -211,9 +209,7 @@ impl Session {
             if let Err(end) = self.wait_for_input(&mut rd, &mut shutdown).await {
                 return end;
             }
-            let end = self
-                .serve(&mut rd, &mut wr, &mut shutdown, &mut deadline)
-                .await;
+            let end = self.serve(&mut rd, &mut wr, &mut shutdown).await;
             self.give_back();
             if let Some(end) = end {
                 return end;
@@ -298,7 +294,6 @@ impl Session {
         rd: &mut R,
         wr: &mut W,
         shutdown: &mut Sd,
-        deadline: &mut Deadline<'_>,
     ) -> Option<SessionEnd>
     where
         R: AsyncRead + Unpin,
@@ -307,6 +302,10 @@ impl Session {
     {
         let idle = self.proxy.settings.load().idle_timeout;
         let mut idle_deadline = idle.map(|d| self.last_input + d);
+        // One timer for the busy period, not one per wait (`deadline`); it
+        // lives in this future, so an idle connection does not carry it.
+        let mut sleep = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+        let mut deadline = Deadline::new(sleep.as_mut());
         self.process_input();
         loop {
             if self.line_stalled {
