@@ -14,6 +14,13 @@
 # PIPELINE (default 1) requests per connection instead of open loop;
 # NICE=-20 runs every process of the benchmark at that nice level, so other
 # work on a shared machine barely delays it (CFS weights: -20 vs 0 is ~87:1).
+# CONNS_PER_SHARD (default 2) sets redis.connections_per_shard.
+# SYSTEM=twemproxy measures nutcracker -> one memcached (-t 1) instead, placed
+# the same way (BIN is then ignored; the "memshift" figures are nutcracker's,
+# the backend's are memcached's). SCHED=1 prints, per process group (proxy,
+# backends), the run-queue wait per request and per wake-up from
+# /proc/<pid>/task/*/schedstat (run_delay: time spent runnable but not
+# running) and the CPU time per request.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -28,6 +35,8 @@ BIN=$1 RATE=$2 DUR=${3:-5} THREADS=${THREADS:-1}
 NI=(nice -n "${NICE:-0}")
 SHARDS=${SHARDS:-3} BACKEND_CPU=${BACKEND_CPU:-1} PROXY_CPU=${PROXY_CPU:-1} PIPELINE=${PIPELINE:-1}
 LOAD=${LOAD:-target/release/memshift-load}
+SYSTEM=${SYSTEM:-memshift}
+[ "$SYSTEM" = twemproxy ] && SHARDS=1
 W=$(mktemp -d /tmp/memshift-hop.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
@@ -37,17 +46,42 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev
 while :; do
     base=$(( 20000 + RANDOM % 12000 ))
     taken=0
-    for i in $(seq 0 "$SHARDS"); do port_in_use $(( base + i )) && taken=1; done
+    for i in $(seq 0 $(( SHARDS + 1 ))); do port_in_use $(( base + i )) && taken=1; done
     [ "$taken" = 1 ] || break
 done
 list=
+BACKEND_PIDS=()
+if [ "$SYSTEM" = twemproxy ]; then
+    root_flag=()
+    [ "$(id -u)" -eq 0 ] && root_flag=(-u root)
+    "${NI[@]}" taskset -c "$BACKEND_CPU" memcached -l 127.0.0.1 -p "$base" -U 0 -t 1 -m 1024 "${root_flag[@]}" &
+    PIDS+=($!); BACKEND_PIDS+=($!)
+    MP=$(( base + 1 ))
+    cat >"$W/nutcracker.yml" <<T
+bench:
+  listen: 127.0.0.1:$MP
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 2000
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  servers:
+    - 127.0.0.1:$base:1
+T
+    "${NI[@]}" taskset -c "$PROXY_CPU" nutcracker -c "$W/nutcracker.yml" -s $(( base + 2 )) -a 127.0.0.1 \
+        -p "$W/nutcracker.pid" -o "$W/m.log" &
+    MS=$!; PIDS+=($MS)
+else
 for i in $(seq 0 $(( SHARDS - 1 ))); do
     "${NI[@]}" taskset -c "$BACKEND_CPU" redis-server --port $(( base + i )) --bind 127.0.0.1 --save "" --appendonly no \
         --dir "$W" --dbfilename "d$i" >/dev/null 2>&1 &
-    PIDS+=($!)
+    PIDS+=($!); BACKEND_PIDS+=($!)
     list+="${list:+, }\"127.0.0.1:$(( base + i ))\""
 done
 MP=$(( base + SHARDS ))
+ADMIN_LISTEN=
+[ "${SCHED:-0}" = 1 ] && ADMIN_LISTEN="127.0.0.1:$(( base + SHARDS + 1 ))"
 cat >"$W/m.toml" <<T
 [server]
 listen = "127.0.0.1:$MP"
@@ -55,14 +89,16 @@ threads = $THREADS
 [log]
 level = "warn"
 [admin]
-listen = ""
+listen = "$ADMIN_LISTEN"
 [redis]
 shards = [$list]
+connections_per_shard = ${CONNS_PER_SHARD:-2}
 [migration]
 phase = "redis"
 T
 "${NI[@]}" taskset -c "$PROXY_CPU" "$BIN" --config "$W/m.toml" >"$W/m.log" 2>&1 &
 MS=$!; PIDS+=($MS)
+fi
 for i in $(seq 0 "$SHARDS"); do wait_for_port $(( base + i )) 15 || { cat "$W/m.log" >&2; exit 1; }; done
 A=127.0.0.1:$MP
 "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --warmup --requests 0 --keys 100000 --value-size 100 --conns 16 >/dev/null 2>&1
@@ -70,6 +106,18 @@ ticks() { awk '{print $14 + $15}' "/proc/$MS/stat"; }
 # Voluntary context switches of every memshift thread: each is a worker
 # parking in epoll_wait with nothing to run (then woken by the next event).
 parks() { cat /proc/"$MS"/task/*/status | awk '/^voluntary_ctxt/ {s += $2} END {print s}'; }
+# schedstat PIDS...: summed over every thread, "run_ns wait_ns timeslices"
+# (wait = runnable but not running: run-queue delay).
+schedstat() { for p in "$@"; do cat /proc/"$p"/task/*/schedstat; done | awk '{r += $1; w += $2; n += $3} END {printf "%d %d %d\n", r, w, n}'; }
+# memshift's own view of a request (read to reply rendered): its duration
+# histogram for get, as cumulative bucket counts.
+durations() {
+    [ -n "${ADMIN_LISTEN:-}" ] || return 0
+    curl -s "http://$ADMIN_LISTEN/metrics" | awk '/^memshift_request_duration_seconds_bucket\{command="get"/ {print}' >"$1"
+}
+s0=$(schedstat "$MS"); b0=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d0"
+cpuline() { awk -v c="cpu${PROXY_CPU%%,*}" '$1 == c {print $2 + $3, $4, $7 + $8, $5 + $6, $9}' /proc/stat; }
+c0=$(cpuline)
 t0=$(ticks); v0=$(parks)
 if [ "${STRACE:-0}" = 1 ]; then
     strace -c -f -p "$MS" -o "$W/strace.txt" &
@@ -87,6 +135,7 @@ mode=(--rate "$RATE")
 out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio 90:10 --keys 100000 --value-size 100 \
     --duration "$DUR" "${mode[@]}" --json)
 t1=$(ticks); v1=$(parks)
+s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)
 if [ "${STRACE:-0}" = 1 ] || [ "${PERF:-0}" = 1 ]; then kill -INT "$SP"; wait "$SP" 2>/dev/null || true; fi
 printf '%s' "$out" | python3 -c '
 import json, sys
@@ -98,6 +147,28 @@ print("rate %s: %.0f ops/s p50 %.1f p90 %.1f p99 %.1f us, errors %d, memshift CP
 if r["errors"]["total"]:
     print("  errors:", json.dumps(r["errors"]))
 ' "$t0" "$t1" "$RATE" "$v0" "$v1"
+if [ "${SCHED:-0}" = 1 ]; then
+    n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+    python3 - "$n" "$SYSTEM" "$s0" "$s1" "$b0" "$b1" "$c0" "$c1" <<'PY'
+import sys
+c = [int(y) - int(x) for x, y in zip(sys.argv[7].split(), sys.argv[8].split())]
+print("  proxy's core: user %.0f%% system %.0f%% irq+softirq %.0f%% idle %.0f%% steal %.0f%%" % tuple(100.0 * v / max(sum(c), 1) for v in c))
+n = max(int(sys.argv[1]), 1)
+def delta(a, b):
+    return [int(y) - int(x) for x, y in zip(a.split(), b.split())]
+for name, a, b in (("proxy (%s)" % sys.argv[2], sys.argv[3], sys.argv[4]), ("backends", sys.argv[5], sys.argv[6])):
+    run, wait, slices = delta(a, b)
+    print("  %-20s CPU %5.1f us/req, run-queue wait %6.1f us/req, %.2f wake-ups/req, %6.1f us wait per wake-up" % (
+        name, run / 1e3 / n, wait / 1e3 / n, slices / n, wait / 1e3 / max(slices, 1)))
+PY
+    if [ -s "$W/d1" ]; then
+        # Fraction of gets that memshift answered within each bucket bound.
+        paste "$W/d0" "$W/d1" | awk '{ split($1, a, "le=\""); split(a[2], b, "\""); d[NR] = $4 - $2; le[NR] = b[1] }
+            END { printf "  memshift-internal get latency (read to reply rendered), share within:"
+                  for (i = 1; i <= NR; i++) if (le[i] + 0 <= 0.005 && le[i] != "+Inf") printf " %gus %.0f%%", le[i] * 1e6, 100 * d[i] / d[NR]
+                  print "" }'
+    fi
+fi
 if [ "${STRACE:-0}" = 1 ]; then
     n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
     python3 - "$W/strace.txt" "$n" <<'PY'

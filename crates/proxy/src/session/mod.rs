@@ -18,12 +18,14 @@
 
 mod binary;
 mod cmd;
+mod deadline;
 mod long_line;
 mod pending;
 mod pool;
 mod replies;
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
@@ -31,7 +33,6 @@ use memshift_protocol::memcache::{
     base64, parse_request, unterminated_line_closes, Parsed, ProtocolError, StaleKey,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::{command_index, Protocol};
@@ -39,6 +40,7 @@ use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
 use crate::stats::bump;
+use deadline::Deadline;
 use pending::{Op, Pending, NO_COMMAND};
 use pool::{Buffer, ReplyChannel};
 
@@ -196,7 +198,14 @@ impl Session {
     {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let mut shutdown = self.proxy.shutdown.clone();
+        // Registered once for the session's life, not once per wait: every
+        // session waits on the same watch, whose waiter list is one lock.
+        // It completes once; the session then drains and ends.
+        let mut shutdown = std::pin::pin!(shutdown.changed());
         loop {
+            if self.draining {
+                return SessionEnd::Shutdown;
+            }
             if let Err(end) = self.wait_for_input(&mut rd, &mut shutdown).await {
                 return end;
             }
@@ -227,13 +236,14 @@ impl Session {
 
     /// Idle: wait for the first bytes of the next request (read into a small
     /// array in the future, then into a fresh read buffer).
-    async fn wait_for_input<R>(
+    async fn wait_for_input<R, Sd>(
         &mut self,
         rd: &mut R,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Sd,
     ) -> Result<(), SessionEnd>
     where
         R: AsyncRead + Unpin,
+        Sd: Future + Unpin,
     {
         let idle_at = self
             .proxy
@@ -250,7 +260,7 @@ impl Session {
                 Err(e) => return Err(SessionEnd::Io(e)),
             },
             _ = sleep_until_opt(idle_at), if idle_at.is_some() => return Err(SessionEnd::IdleTimeout),
-            _ = shutdown.changed() => return Err(SessionEnd::Shutdown),
+            _ = &mut *shutdown => return Err(SessionEnd::Shutdown),
         };
         if self.rbuf.capacity() == 0 {
             self.rbuf = pool::take_buffer(Buffer::Read, FIRST_READ);
@@ -279,18 +289,23 @@ impl Session {
     /// Busy: answer the input in the read buffer and everything that
     /// follows, until the connection ends (`Some`) or has nothing buffered
     /// or in flight (`None`).
-    async fn serve<R, W>(
+    async fn serve<R, W, Sd>(
         &mut self,
         rd: &mut R,
         wr: &mut W,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &mut Sd,
     ) -> Option<SessionEnd>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
+        Sd: Future + Unpin,
     {
         let idle = self.proxy.settings.load().idle_timeout;
         let mut idle_deadline = idle.map(|d| self.last_input + d);
+        // One timer for the busy period, not one per wait (`deadline`); it
+        // lives in this future, so an idle connection does not carry it.
+        let mut sleep = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+        let mut deadline = Deadline::new(sleep.as_mut());
         self.process_input();
         loop {
             if self.line_stalled {
@@ -329,11 +344,12 @@ impl Session {
                 };
                 self.rbuf.reserve(grow);
             }
-            let front_deadline = self
-                .pending
-                .front()
-                .filter(|p| p.waiting > 0)
-                .map(|p| p.deadline);
+            deadline.arm(
+                self.pending
+                    .front()
+                    .filter(|p| p.waiting > 0)
+                    .map(|p| p.deadline),
+            );
             let idle_at = idle_deadline
                 .filter(|_| self.pending.is_empty() && !self.closing && !self.draining);
             if self.pending.is_empty()
@@ -385,13 +401,13 @@ impl Session {
                     }
                     Err(e) => return Some(SessionEnd::Io(e)),
                 },
-                _ = sleep_until_opt(front_deadline), if front_deadline.is_some() => {
+                () = deadline.fired(), if deadline.is_armed() => {
                     self.expire_overdue();
                 }
                 _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
                     return Some(SessionEnd::IdleTimeout);
                 }
-                _ = shutdown.changed(), if !self.closing && !self.draining => {
+                _ = &mut *shutdown, if !self.closing && !self.draining => {
                     // Drain: stop reading; answer everything already read
                     // (in flight, or parsed-to-be in the buffer, held back
                     // by `room_to_dispatch`) before closing.
