@@ -134,7 +134,7 @@ impl NearCache {
     /// the epoch to fill at, or `None` if the read may not fill.
     pub fn observe(&self, hash: u64, fingerprint: u64, ticket_epoch: Option<u32>) -> Option<u32> {
         let bucket = &self.epochs[Self::bucket(hash)];
-        let seen = &self.seen[((hash >> 16) as usize) & (SEEN_SLOTS - 1)];
+        let seen = &self.seen[Self::seen_slot(hash)];
         if seen.swap(fingerprint, Ordering::AcqRel) == fingerprint {
             // The last read answered this item too, and bumped when it
             // changed to it: no copy older than it can still be served.
@@ -153,6 +153,40 @@ impl NearCache {
                 None
             }
         }
+    }
+
+    /// A write-through `set` of the key with `hash`, dispatched at epoch
+    /// `ticket_epoch` (after its own bump), was stored and leaves the item
+    /// with `fingerprint`: drop every older copy of the key on every thread
+    /// (bump), and return the epoch to fill at, or `None` if something else
+    /// was invalidated since the set was dispatched (then nothing fills).
+    pub fn settle_own_write(&self, hash: u64, fingerprint: u64, ticket_epoch: u32) -> Option<u32> {
+        let bucket = &self.epochs[Self::bucket(hash)];
+        let next = ticket_epoch.wrapping_add(1);
+        match bucket.compare_exchange(ticket_epoch, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                // Bumped as it changed to this item (see `observe`).
+                self.seen[Self::seen_slot(hash)].store(fingerprint, Ordering::Release);
+                Some(next)
+            }
+            Err(_) => {
+                bucket.fetch_add(1, Ordering::AcqRel);
+                None
+            }
+        }
+    }
+
+    /// Bump the key's bucket; returns the epoch after the bump.
+    #[inline]
+    pub fn bump(&self, hash: u64) -> u32 {
+        self.epochs[Self::bucket(hash)]
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
+    }
+
+    #[inline]
+    fn seen_slot(hash: u64) -> usize {
+        ((hash >> 16) as usize) & (SEEN_SLOTS - 1)
     }
 
     /// `max_bytes` for one worker thread's store.
