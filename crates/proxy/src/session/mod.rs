@@ -117,6 +117,18 @@ pub struct Session {
     /// Near cache: hash of the key the request being dispatched writes
     /// (for its `Pending`).
     near_written: Option<u64>,
+    /// Near cache: a write-through `set` is in flight. It travels on the
+    /// shard's invalidation connection, not the session's data connection,
+    /// so nothing else is dispatched until it is answered (the session's
+    /// requests must reach Redis in order); it is only sent when nothing
+    /// else is in flight.
+    near_through: bool,
+    /// Near cache: a reply-less write went to Redis (the quiet delete after
+    /// a refused set, a backfill copy): no write-through for this session,
+    /// since it could overtake that write.
+    near_unordered: bool,
+    /// `near_through` was just cleared: dispatch the input held back.
+    near_resume: bool,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
@@ -166,6 +178,9 @@ impl Session {
             waiting: 0,
             current_command: NO_COMMAND,
             near_written: None,
+            near_through: false,
+            near_unordered: false,
+            near_resume: false,
             current_start: Instant::now(),
             replies: None,
             last_input: Instant::now(),
@@ -297,6 +312,15 @@ impl Session {
                 self.settle_stalled_line(rd).await;
             }
             self.flush_ready();
+            if self.near_resume {
+                // A write-through set was answered: the input held back
+                // behind it goes on.
+                self.near_resume = false;
+                if !self.rbuf.is_empty() {
+                    self.process_input();
+                    self.flush_ready();
+                }
+            }
             if self.pending.len() > self.max_pending_replies
                 || self.pending_bytes > self.max_pending_bytes.max(4 * self.max_item_size)
             {
@@ -387,6 +411,10 @@ impl Session {
                 },
                 _ = sleep_until_opt(front_deadline), if front_deadline.is_some() => {
                     self.expire_overdue();
+                    // As after a reply: input held back for room goes on.
+                    if !self.rbuf.is_empty() {
+                        self.process_input();
+                    }
                 }
                 _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
                     return Some(SessionEnd::IdleTimeout);

@@ -69,7 +69,9 @@ impl Session {
     }
 
     /// A write-through set's outcome is known: fill or drop.
-    pub(super) fn near_settle(&self, through: Through, stored: bool) {
+    pub(super) fn near_settle(&mut self, through: Through, stored: bool) {
+        self.near_through = false;
+        self.near_resume = true;
         let Some(near) = crate::near_cache::get() else {
             return;
         };

@@ -34,7 +34,9 @@ impl Session {
         // Taken for a write-through attempt: the same one if it falls back.
         let mut taken_cas = None;
         if let (StorageCommand::Set, Target::Redis { shard }) = (command, route.primary) {
-            if routes.route_read(&key).primary == route.primary {
+            // Alone in flight (see `Session::near_through`).
+            let alone = self.pending.is_empty() && !self.near_unordered;
+            if alone && routes.route_read(&key).primary == route.primary {
                 let expiry = Expiry::from_exptime(exptime, unix_now());
                 let new_cas = self.cas.next_cas();
                 taken_cas = Some(new_cas);
@@ -53,6 +55,7 @@ impl Session {
                     let mut write =
                         single_key_write(kind, route, noreply, key, flags, exptime, data);
                     write.near_through = Some(through);
+                    self.near_through = true;
                     self.push_waiting(Op::Write(write), 1, tag.deadline);
                     return;
                 }
@@ -115,6 +118,7 @@ impl Session {
     pub(in crate::session) fn delete_quietly(&mut self, key: Bytes) {
         let routes = self.proxy.router.load();
         let route = routes.route(&key);
+        self.near_unordered = true;
         if self.encode_delete(route.primary, &key) {
             // A sequence number no request has: the reply is dropped.
             self.send(&routes, route.primary, ReplyShape::Line, u64::MAX, 0);
