@@ -360,13 +360,16 @@ fn near_cache_zipf_soak_two_proxies_bounded_staleness_and_expiry() {
                 })
                 .collect();
             while !stop.load(Ordering::Relaxed) {
-                write_one(&log, &zipf, &mut rng, &mut |i, v| {
-                    match (&mut through_a, &mut through_b) {
+                write_one(
+                    &log,
+                    &zipf,
+                    &mut rng,
+                    &mut |i, v| match (&mut through_a, &mut through_b) {
                         (Some(c), _) => write_through_a(c, i, v),
                         (_, Some(c)) => write_through_b(c, i, v),
                         _ => write_raw(&mut redis[shard_of[i]], i, v),
-                    }
-                });
+                    },
+                );
                 writes += 1;
                 // Reads should outnumber writes (~10:1 here).
                 std::thread::sleep(Duration::from_millis(2));

@@ -12,8 +12,8 @@
 //!   and closing it needs a handshake between the two. BCAST needs nothing
 //!   from the data connections, so they stay RESP2 and untouched. Its cost
 //!   is that every write on the shard is pushed to every proxy, cached key
-//!   or not (one small frame per write per proxy); NOLOOP is moot (the
-//!   tracking connection writes nothing).
+//!   or not (one small frame per write per proxy). `NOLOOP` only concerns
+//!   the write-through sets the tracking connection itself sends (below).
 //! * **Staleness check without locks** (this file). A process-wide array
 //!   of atomic epochs, one per hash bucket of keys: an invalidation (a push
 //!   from any shard, or a write through this proxy) bumps its key's bucket.
@@ -33,6 +33,20 @@
 //!   the same item as the last one bumps nothing, so threads reading an
 //!   unchanged hot key do not evict each other. A fill takes the bump's
 //!   new epoch only if the bucket had not moved since its read was sent.
+//! * **Write-through** ([`store::Through`]). A plain `set` of a ring shard
+//!   (relative or no exptime) is sent on the shard's tracking connection,
+//!   which tracks with `NOLOOP`: Redis leaves a key out of that
+//!   connection's pushes when the last write to it in an event-loop cycle
+//!   was the connection's own, so the set's own push does not evict what
+//!   it stored. Counting "expected own pushes" instead would be wrong:
+//!   BCAST merges a cycle's writes of one key into one push, which can
+//!   hide a foreign write right after ours. On STORED the key's bucket is
+//!   bumped (dropping older copies on every thread) and this thread caches
+//!   the item at the bump, if nothing moved the bucket since the set was
+//!   dispatched; any other outcome just bumps. A session sends one only
+//!   with nothing else in flight and waits for its reply before
+//!   dispatching more, since it does not travel on the session's data
+//!   connection.
 //! * **Store: one per worker thread** ([`store`]): a thread-local map, no
 //!   lock and no cross-thread traffic on the hot path; invalidation never
 //!   touches it (entries are checked against the epochs when read), so it
