@@ -65,12 +65,14 @@ pub mod tracking;
 
 pub use tracking::Tracking;
 
-/// Epoch buckets: a write to one key invalidates the ~1/65536 of cached
-/// keys that share its bucket, and nothing else.
-const BUCKETS: usize = 1 << 16;
-/// Fingerprint slots of the last item read per key hash (2 MiB): two keys
+/// Epoch buckets (4 MiB): a write to one key, or a read that found another
+/// item, invalidates the ~1/1,048,576 of cached keys that share its
+/// bucket, and nothing else. (At 65,536 buckets, 100,000 hot keys shared
+/// buckets enough for a zipf load's misses and sets to evict hot entries.)
+const BUCKETS: usize = 1 << 20;
+/// Fingerprint slots of the last item read per key hash (8 MiB): two keys
 /// sharing a slot (and read in turn) keep dropping each other's entries.
-const SEEN_SLOTS: usize = 1 << 18;
+const SEEN_SLOTS: usize = 1 << 20;
 
 /// The process-wide part: the epochs, last-read fingerprints, the metrics.
 pub struct NearCache {
@@ -200,7 +202,7 @@ impl NearCache {
 
     #[inline]
     fn seen_slot(hash: u64) -> usize {
-        ((hash >> 16) as usize) & (SEEN_SLOTS - 1)
+        ((hash >> 32) as usize) & (SEEN_SLOTS - 1)
     }
 
     /// `max_bytes` for one worker thread's store.

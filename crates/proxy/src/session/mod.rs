@@ -129,6 +129,9 @@ pub struct Session {
     near_unordered: bool,
     /// `near_through` was just cleared: dispatch the input held back.
     near_resume: bool,
+    /// `near_cache` settings as of the last input (read once per batch,
+    /// not per lookup).
+    near_limits: crate::near_cache::store::Limits,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
@@ -163,8 +166,11 @@ impl Session {
     pub fn new(proxy: Arc<Proxy>, id: u64) -> Session {
         let seed = twox_hash::XxHash3_64::oneshot_with_seed(proxy.cas_seed, &id.to_le_bytes());
         let settings = proxy.settings.load();
-        let (max_pending_replies, max_pending_bytes) =
-            (settings.max_pending_replies, settings.max_pending_bytes);
+        let (max_pending_replies, max_pending_bytes, near_limits) = (
+            settings.max_pending_replies,
+            settings.max_pending_bytes,
+            settings.near_cache,
+        );
         drop(settings);
         Session {
             proxy,
@@ -181,6 +187,7 @@ impl Session {
             near_through: false,
             near_unordered: false,
             near_resume: false,
+            near_limits,
             current_start: Instant::now(),
             replies: None,
             last_input: Instant::now(),
@@ -527,6 +534,7 @@ impl Session {
         self.max_pending_replies = settings.max_pending_replies;
         self.max_item_size = settings.limits.max_item_size;
         self.max_pending_bytes = settings.max_pending_bytes;
+        self.near_limits = settings.near_cache;
         settings.limits
     }
 

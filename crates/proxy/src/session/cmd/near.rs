@@ -76,7 +76,7 @@ impl Session {
             return;
         };
         if stored {
-            through.stored(near, &self.proxy.settings.load().near_cache);
+            through.stored(near, &self.near_limits);
         } else {
             through.failed(near);
         }
@@ -95,7 +95,7 @@ impl Session {
         ) else {
             return Lookup::Miss(None);
         };
-        store::lookup(near, tracking, key, &self.proxy.settings.load().near_cache)
+        store::lookup(near, tracking, key, &self.near_limits)
     }
 
     /// A get/gets of `key` read from Redis answered `item` (with `pttl`
@@ -108,8 +108,7 @@ impl Session {
         pttl: Option<i64>,
     ) {
         if let Some(near) = crate::near_cache::get() {
-            let limits = &self.proxy.settings.load().near_cache;
-            store::answered(near, ticket, key, item, pttl, limits);
+            store::answered(near, ticket, key, item, pttl, &self.near_limits);
         }
     }
 }
