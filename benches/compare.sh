@@ -817,7 +817,7 @@ fi
 MSNC_PORT=$(free_port)
 sed -e "s/^listen = \"127.0.0.1:$MS_PORT\"/listen = \"127.0.0.1:$MSNC_PORT\"/" -e '/^resp_listen = /d' \
     "$WORK/memshift.toml" >"$WORK/memshift-nc.toml"
-NC_SETTINGS=${NC_SETTINGS-admit_reads = 1\nmax_ttl_ms = 10000}
+NC_SETTINGS=${NC_SETTINGS-"admit_reads = 1\nmax_ttl_ms = 10000"}
 printf '\n[near_cache]\nenabled = true\n%b\n' "$NC_SETTINGS" >>"$WORK/memshift-nc.toml"
 cp "$WORK/memshift-nc.toml" "$OUT/memshift-nc.toml"
 start memshiftnc "$MSNC_PORT" "$MEMSHIFT" --config "$WORK/memshift-nc.toml"
