@@ -34,8 +34,10 @@ impl Session {
         // Taken for a write-through attempt: the same one if it falls back.
         let mut taken_cas = None;
         if let (StorageCommand::Set, Target::Redis { shard }) = (command, route.primary) {
-            // Alone in flight (see `Session::near_through`).
-            let alone = self.pending.is_empty() && !self.near_unordered;
+            // Near cache on, and alone in flight (see `Session::near_through`).
+            let alone = crate::near_cache::get().is_some()
+                && self.pending.is_empty()
+                && !self.near_unordered;
             if alone && routes.route_read(&key).primary == route.primary {
                 let expiry = Expiry::from_exptime(exptime, unix_now());
                 let new_cas = self.cas.next_cas();
