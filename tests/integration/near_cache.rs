@@ -48,6 +48,11 @@ fn start() -> Pair {
 /// A and B over `shards` fresh shards, near cache on in both (entries live
 /// up to a minute; a key is admitted on its `admit_reads`-th read).
 pub(crate) fn start_pair(shards: usize, admit_reads: u32) -> Pair {
+    start_pair_with(shards, admit_reads, "")
+}
+
+/// [`start_pair`] with more `[server]` lines (e.g. `threads = 1`).
+pub(crate) fn start_pair_with(shards: usize, admit_reads: u32, server_extra: &str) -> Pair {
     let shards: Vec<RedisServer> = (0..shards).map(|_| RedisServer::start()).collect();
     let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
     let opts = ClusterOptions {
@@ -57,6 +62,7 @@ pub(crate) fn start_pair(shards: usize, admit_reads: u32) -> Pair {
         ),
         // Generous: a slow reply on a loaded box must not fail a read.
         timeout_ms: 2000,
+        server_extra: server_extra.to_owned(),
         ..ClusterOptions::default()
     };
     let (a, _, _) =

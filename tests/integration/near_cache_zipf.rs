@@ -4,7 +4,9 @@
 //! read far longer than the bound below). For ~12 s, on 2,000 keys drawn
 //! from a zipf(0.99) distribution:
 //!
-//! - writers set items through A and directly in Redis (`SET`, the item
+//! - writers set items through A, through B itself (write-through: B
+//!   caches what it stored; each such set is read back at once through B
+//!   on the writer's connection) and directly in Redis (`SET`, the item
 //!   layout of docs/storage.md), one write per key at a time, each value
 //!   carrying its key's version;
 //! - readers read through B (single-key and 3-key gets) and check that
@@ -145,6 +147,15 @@ struct ReaderReport {
     /// Older than a version this connection already read.
     regressions: u64,
     errors: Vec<String>,
+}
+
+/// Through B: the set, then a get on the same connection reads it back
+/// (read-your-writes; B may answer from its cache).
+fn write_through_b(c: &mut McClient, i: usize, v: u64) {
+    write_through_a(c, i, v);
+    let got = c.get(&key(i)).expect("get through B");
+    let got = got.as_deref().map(version_of);
+    assert_eq!(got, Some(v), "{}: read back through B", key(i));
 }
 
 fn write_through_a(c: &mut McClient, i: usize, v: u64) {
@@ -328,16 +339,19 @@ fn near_cache_zipf_soak_two_proxies_bounded_staleness_and_expiry() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
-    for w in 0..3u64 {
+    for w in 0..4u64 {
         let (log, stop) = (log.clone(), stop.clone());
         let (a_addr, shard_of) = (pair.a.addr().to_string(), shard_of.clone());
+        let b_addr = pair.b.addr().to_string();
         let shards: Vec<String> = pair.shards.iter().map(|s| s.addr()).collect();
         writers.push(std::thread::spawn(move || {
             let zipf = Zipf::new(KEYS, ZIPF_S);
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (w + 1));
             let mut writes = 0u64;
-            // Writers 0 and 1 through A, writer 2 straight into Redis.
+            // Writers 0 and 1 through A, writer 2 straight into Redis,
+            // writer 3 through B.
             let mut through_a = (w < 2).then(|| McClient::connect(&a_addr).expect("connect to A"));
+            let mut through_b = (w == 3).then(|| McClient::connect(&b_addr).expect("connect to B"));
             let mut redis: Vec<_> = shards
                 .iter()
                 .map(|s| {
@@ -346,10 +360,16 @@ fn near_cache_zipf_soak_two_proxies_bounded_staleness_and_expiry() {
                 })
                 .collect();
             while !stop.load(Ordering::Relaxed) {
-                write_one(&log, &zipf, &mut rng, &mut |i, v| match &mut through_a {
-                    Some(c) => write_through_a(c, i, v),
-                    None => write_raw(&mut redis[shard_of[i]], i, v),
-                });
+                write_one(
+                    &log,
+                    &zipf,
+                    &mut rng,
+                    &mut |i, v| match (&mut through_a, &mut through_b) {
+                        (Some(c), _) => write_through_a(c, i, v),
+                        (_, Some(c)) => write_through_b(c, i, v),
+                        _ => write_raw(&mut redis[shard_of[i]], i, v),
+                    },
+                );
                 writes += 1;
                 // Reads should outnumber writes (~10:1 here).
                 std::thread::sleep(Duration::from_millis(2));

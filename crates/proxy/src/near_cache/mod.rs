@@ -12,8 +12,8 @@
 //!   and closing it needs a handshake between the two. BCAST needs nothing
 //!   from the data connections, so they stay RESP2 and untouched. Its cost
 //!   is that every write on the shard is pushed to every proxy, cached key
-//!   or not (one small frame per write per proxy); NOLOOP is moot (the
-//!   tracking connection writes nothing).
+//!   or not (one small frame per write per proxy). `NOLOOP` only concerns
+//!   the write-through sets the tracking connection itself sends (below).
 //! * **Staleness check without locks** (this file). A process-wide array
 //!   of atomic epochs, one per hash bucket of keys: an invalidation (a push
 //!   from any shard, or a write through this proxy) bumps its key's bucket.
@@ -33,6 +33,20 @@
 //!   the same item as the last one bumps nothing, so threads reading an
 //!   unchanged hot key do not evict each other. A fill takes the bump's
 //!   new epoch only if the bucket had not moved since its read was sent.
+//! * **Write-through** ([`store::Through`]). A plain `set` of a ring shard
+//!   (relative or no exptime) is sent on the shard's tracking connection,
+//!   which tracks with `NOLOOP`: Redis leaves a key out of that
+//!   connection's pushes when the last write to it in an event-loop cycle
+//!   was the connection's own, so the set's own push does not evict what
+//!   it stored. Counting "expected own pushes" instead would be wrong:
+//!   BCAST merges a cycle's writes of one key into one push, which can
+//!   hide a foreign write right after ours. On STORED the key's bucket is
+//!   bumped (dropping older copies on every thread) and this thread caches
+//!   the item at the bump, if nothing moved the bucket since the set was
+//!   dispatched; any other outcome just bumps. A session sends one only
+//!   with nothing else in flight and waits for its reply before
+//!   dispatching more, since it does not travel on the session's data
+//!   connection.
 //! * **Store: one per worker thread** ([`store`]): a thread-local map, no
 //!   lock and no cross-thread traffic on the hot path; invalidation never
 //!   touches it (entries are checked against the epochs when read), so it
@@ -51,12 +65,14 @@ pub mod tracking;
 
 pub use tracking::Tracking;
 
-/// Epoch buckets: a write to one key invalidates the ~1/65536 of cached
-/// keys that share its bucket, and nothing else.
-const BUCKETS: usize = 1 << 16;
-/// Fingerprint slots of the last item read per key hash (2 MiB): two keys
+/// Epoch buckets (4 MiB): a write to one key, or a read that found another
+/// item, invalidates the ~1/1,048,576 of cached keys that share its
+/// bucket, and nothing else. (At 65,536 buckets, 100,000 hot keys shared
+/// buckets enough for a zipf load's misses and sets to evict hot entries.)
+const BUCKETS: usize = 1 << 20;
+/// Fingerprint slots of the last item read per key hash (8 MiB): two keys
 /// sharing a slot (and read in turn) keep dropping each other's entries.
-const SEEN_SLOTS: usize = 1 << 18;
+const SEEN_SLOTS: usize = 1 << 20;
 
 /// The process-wide part: the epochs, last-read fingerprints, the metrics.
 pub struct NearCache {
@@ -134,7 +150,7 @@ impl NearCache {
     /// the epoch to fill at, or `None` if the read may not fill.
     pub fn observe(&self, hash: u64, fingerprint: u64, ticket_epoch: Option<u32>) -> Option<u32> {
         let bucket = &self.epochs[Self::bucket(hash)];
-        let seen = &self.seen[((hash >> 16) as usize) & (SEEN_SLOTS - 1)];
+        let seen = &self.seen[Self::seen_slot(hash)];
         if seen.swap(fingerprint, Ordering::AcqRel) == fingerprint {
             // The last read answered this item too, and bumped when it
             // changed to it: no copy older than it can still be served.
@@ -153,6 +169,40 @@ impl NearCache {
                 None
             }
         }
+    }
+
+    /// A write-through `set` of the key with `hash`, dispatched at epoch
+    /// `ticket_epoch` (after its own bump), was stored and leaves the item
+    /// with `fingerprint`: drop every older copy of the key on every thread
+    /// (bump), and return the epoch to fill at, or `None` if something else
+    /// was invalidated since the set was dispatched (then nothing fills).
+    pub fn settle_own_write(&self, hash: u64, fingerprint: u64, ticket_epoch: u32) -> Option<u32> {
+        let bucket = &self.epochs[Self::bucket(hash)];
+        let next = ticket_epoch.wrapping_add(1);
+        match bucket.compare_exchange(ticket_epoch, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                // Bumped as it changed to this item (see `observe`).
+                self.seen[Self::seen_slot(hash)].store(fingerprint, Ordering::Release);
+                Some(next)
+            }
+            Err(_) => {
+                bucket.fetch_add(1, Ordering::AcqRel);
+                None
+            }
+        }
+    }
+
+    /// Bump the key's bucket; returns the epoch after the bump.
+    #[inline]
+    pub fn bump(&self, hash: u64) -> u32 {
+        self.epochs[Self::bucket(hash)]
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
+    }
+
+    #[inline]
+    fn seen_slot(hash: u64) -> usize {
+        ((hash >> 32) as usize) & (SEEN_SLOTS - 1)
     }
 
     /// `max_bytes` for one worker thread's store.

@@ -146,6 +146,95 @@ pub fn fill(near: &NearCache, ticket: Ticket, key: &[u8], hit: &Hit, pttl: i64, 
     answered(near, Some(ticket), key, Some(hit), Some(pttl), limits);
 }
 
+/// A plain `set` this proxy sends on the shard's invalidation connection
+/// (write-through): if Redis stores it, this thread caches the item it
+/// wrote. Made when the set is dispatched, after bumping the key's epoch
+/// (like any write); settled when its reply is rendered: [`Through::stored`]
+/// bumps again and fills at that bump only if nothing else moved the epoch
+/// meanwhile; any other outcome (or dropping it unsettled: the client went
+/// away, a timeout) just bumps, so a set whose outcome is unknown leaves no
+/// entry and no older copy.
+///
+/// Why no invalidation push evicts the entry right after: the set goes out
+/// on the tracking connection, which tracks with `NOLOOP`, so Redis pushes
+/// nothing to it for a key whose last write in an event-loop cycle was
+/// this connection's own; a write by anyone else after it (even in the same
+/// cycle, which BCAST merges into one push) is pushed as usual.
+#[derive(Debug)]
+pub struct Through {
+    ticket: Option<Ticket>,
+    key: Bytes,
+    /// The item as written, and how long it lives (`None`: no expiry).
+    item: Hit,
+    ttl: Option<Duration>,
+}
+
+/// Start a write-through set of `key` (see [`Through`]): `None` if the
+/// shard's invalidations are not being received (then it is a plain write).
+pub fn write_through(
+    near: &NearCache,
+    tracking: &Arc<Tracking>,
+    key: Bytes,
+    item: Hit,
+    ttl: Option<Duration>,
+) -> Option<Through> {
+    let hash = super::hash(&key);
+    // Generation first, as in `lookup`: a resume after it refuses the fill.
+    let generation = tracking.current()?;
+    let epoch = near.bump(hash);
+    Some(Through {
+        ticket: Some(Ticket {
+            tracking: tracking.clone(),
+            generation,
+            hash,
+            epoch,
+            sent: Instant::now(),
+        }),
+        key,
+        item,
+        ttl,
+    })
+}
+
+impl Through {
+    /// The hash of the key written.
+    pub fn hash(&self) -> u64 {
+        self.ticket.as_ref().map_or(0, |t| t.hash)
+    }
+
+    /// Redis answered STORED: drop older copies everywhere, cache the item
+    /// here. Call before the reply is written.
+    pub fn stored(mut self, near: &NearCache, limits: &Limits) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let item = &self.item;
+        let fp = super::fingerprint(ticket.hash, Some((item.flags, item.cas, &item.data[..])));
+        if let Some(epoch) = near.settle_own_write(ticket.hash, fp, ticket.epoch) {
+            let pttl = self
+                .ttl
+                .map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+            fill_at(near, ticket, epoch, &self.key, item, pttl, limits);
+        }
+    }
+
+    /// Not stored, or unknown: drop every copy. Call before the reply is
+    /// written.
+    pub fn failed(mut self, near: &NearCache) {
+        if let Some(ticket) = self.ticket.take() {
+            near.invalidate_hash(ticket.hash);
+        }
+    }
+}
+
+impl Drop for Through {
+    fn drop(&mut self) {
+        if let (Some(ticket), Some(near)) = (self.ticket.take(), super::get()) {
+            near.invalidate_hash(ticket.hash);
+        }
+    }
+}
+
 /// [`fill`], at `epoch` (the ticket's, or the one [`NearCache::observe`]
 /// moved it to).
 fn fill_at(

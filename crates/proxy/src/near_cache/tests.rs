@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::store::{answered, fill, lookup, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD};
+use super::store::{
+    answered, fill, lookup, write_through, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD,
+};
 use super::{NearCache, Tracking, BUCKETS, SEEN_SLOTS};
 use crate::metrics::Metrics;
 
@@ -170,4 +172,71 @@ fn a_newer_item_read_on_another_thread_drops_this_threads_copy() {
     let tk = ticket(&n, &t, b"mono", &l);
     fill(&n, tk, b"mono", &hit(b"v7"), -1, &l);
     assert_eq!(&served(&n, &t, b"mono", &l).expect("v7").data[..], b"v7");
+}
+
+#[test]
+fn a_stored_write_through_set_is_served_and_drops_older_copies() {
+    let (n, t, l) = (near(), live(), limits(2));
+    let tk = ticket_after_admission(&n, &t, b"wt", &l);
+    fill(&n, tk, b"wt", &hit(b"old"), -1, &l);
+    let through = write_through(&n, &t, Bytes::from_static(b"wt"), hit(b"new"), None)
+        .expect("tracking is live");
+    // Dispatched: the older copy is gone at once.
+    assert!(served(&n, &t, b"wt", &l).is_none());
+    through.stored(&n, &l);
+    let h = served(&n, &t, b"wt", &l).expect("the stored item, no read needed");
+    assert_eq!((h.flags, h.cas, &h.data[..]), (7, 42, &b"new"[..]));
+    // Reading that same item elsewhere does not drop it.
+    read_elsewhere(&n, b"wt", Some(hit(b"new")), &l);
+    assert!(served(&n, &t, b"wt", &l).is_some());
+}
+
+#[test]
+fn a_write_through_set_fills_nothing_if_anything_moved_meanwhile() {
+    let (n, t, l) = (near(), live(), limits(1));
+    // A push for the key while the set was in flight.
+    let through = write_through(&n, &t, Bytes::from_static(b"wt"), hit(b"mine"), None).unwrap();
+    n.invalidate(b"wt");
+    through.stored(&n, &l);
+    assert!(served(&n, &t, b"wt", &l).is_none());
+    // Another item read elsewhere meanwhile.
+    let through = write_through(&n, &t, Bytes::from_static(b"wt"), hit(b"mine"), None).unwrap();
+    read_elsewhere(&n, b"wt", Some(hit(b"theirs")), &l);
+    through.stored(&n, &l);
+    assert!(served(&n, &t, b"wt", &l).is_none());
+    // The shard's tracking dropped meanwhile.
+    let through = write_through(&n, &t, Bytes::from_static(b"wt"), hit(b"mine"), None).unwrap();
+    t.drop_all();
+    through.stored(&n, &l);
+    assert!(served(&n, &t, b"wt", &l).is_none());
+    // Not tracking: no write-through at all.
+    t.lost();
+    assert!(write_through(&n, &t, Bytes::from_static(b"wt"), hit(b"x"), None).is_none());
+}
+
+#[test]
+fn a_failed_write_through_set_drops_the_key_everywhere() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let tk = ticket(&n, &t, b"wf", &l);
+    fill(&n, tk, b"wf", &hit(b"old"), -1, &l);
+    let epoch = n.epoch(super::hash(b"wf"));
+    let through = write_through(&n, &t, Bytes::from_static(b"wf"), hit(b"new"), None).unwrap();
+    through.failed(&n);
+    assert!(served(&n, &t, b"wf", &l).is_none());
+    assert_eq!(n.epoch(super::hash(b"wf")), epoch.wrapping_add(2));
+}
+
+#[test]
+fn a_write_through_entry_lives_no_longer_than_its_exptime() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let ttl = Some(Duration::from_millis(1));
+    let through = write_through(&n, &t, Bytes::from_static(b"we"), hit(b"v"), ttl).unwrap();
+    through.stored(&n, &l);
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(served(&n, &t, b"we", &l).is_none());
+}
+
+fn ticket_after_admission(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
+    assert!(matches!(lookup(n, t, key, l), Lookup::Miss(None)));
+    ticket(n, t, key, l)
 }

@@ -64,9 +64,21 @@ impl Shard {
             .collect();
         let (tracking, listener) = match crate::near_cache::get() {
             Some(_) => {
-                let tracking = std::sync::Arc::new(crate::near_cache::Tracking::default());
-                let task =
-                    tokio::spawn(super::tracking::listen(settings.clone(), tracking.clone()));
+                // Write-through sets only on ring shards: a cluster node
+                // may redirect a SET, which this connection does not follow.
+                let (tracking, writes) = match &cluster {
+                    None => {
+                        let (t, rx) = crate::near_cache::Tracking::with_writes();
+                        (t, Some(rx))
+                    }
+                    Some(_) => (crate::near_cache::Tracking::default(), None),
+                };
+                let tracking = std::sync::Arc::new(tracking);
+                let task = tokio::spawn(super::tracking::listen(
+                    settings.clone(),
+                    tracking.clone(),
+                    writes,
+                ));
                 (Some(tracking), Some(AbortOnDrop(task)))
             }
             None => (None, None),

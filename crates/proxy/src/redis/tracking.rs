@@ -1,18 +1,33 @@
 //! One shard's invalidation connection: `HELLO 3` (with `AUTH`), then
-//! `CLIENT TRACKING ON BCAST`; every `invalidate` push bumps the epoch of
-//! each key it names. While the connection is down (and until it is back
-//! and tracking again) nothing of the shard is cached or served, and its
-//! generation moves on both edges so every entry filled before is dropped.
-//! A `PING` every second detects a silently dead peer.
+//! `CLIENT TRACKING ON BCAST NOLOOP`; every `invalidate` push bumps the
+//! epoch of each key it names. While the connection is down (and until it
+//! is back and tracking again) nothing of the shard is cached or served,
+//! and its generation moves on both edges so every entry filled before is
+//! dropped. A `PING` every second detects a silently dead peer.
+//!
+//! It also carries this proxy's write-through `SET`s (see
+//! `crate::near_cache::store::Through`): with `NOLOOP`, Redis leaves a key
+//! out of the pushes to this connection when the last write to it in an
+//! event-loop cycle was this connection's own; any other write to the key
+//! (before it in another cycle, or after it in the same one: BCAST merges a
+//! cycle's writes of one key into one push) is still pushed. Replies come
+//! in order, between pushes; a write's reply goes to its session.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 use super::connection::{open_stream, ConnectionSettings};
+use super::{BackendError, ReplyTo};
+use crate::near_cache::tracking::ThroughWrite;
 use crate::near_cache::Tracking;
+
+/// Write-through sets written per batch before the connection reads again.
+const WRITE_BATCH: usize = 64;
 
 const PING_EVERY: Duration = Duration::from_secs(1);
 /// PINGs unanswered before the connection counts as dead.
@@ -22,12 +37,18 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Keep the shard's invalidation connection up until the task is aborted
 /// (when the shard is dropped).
-pub async fn listen(settings: ConnectionSettings, tracking: std::sync::Arc<Tracking>) {
+pub async fn listen(
+    settings: ConnectionSettings,
+    tracking: std::sync::Arc<Tracking>,
+    mut writes: Option<mpsc::UnboundedReceiver<ThroughWrite>>,
+) {
     let mut retry = RETRY_MIN;
     let mut logged = false;
     loop {
-        let (why, tracked) = session(&settings, &tracking).await;
+        let (why, tracked) = session(&settings, &tracking, writes.as_mut()).await;
         tracking.lost();
+        // Sets queued while it was going down: not sent, answered now.
+        fail_queued(writes.as_mut());
         if tracked {
             retry = RETRY_MIN;
             logged = false;
@@ -46,13 +67,36 @@ pub async fn listen(settings: ConnectionSettings, tracking: std::sync::Arc<Track
 
 /// One connection's life; returns why it ended, and whether it got as far
 /// as tracking.
-async fn session(settings: &ConnectionSettings, tracking: &Tracking) -> (String, bool) {
+async fn session(
+    settings: &ConnectionSettings,
+    tracking: &Tracking,
+    writes: Option<&mut mpsc::UnboundedReceiver<ThroughWrite>>,
+) -> (String, bool) {
     let mut tracked = false;
-    let why = run(settings, tracking, &mut tracked).await;
+    // Sets sent and not answered yet (`None`: a PING), failed if it ends.
+    let mut awaiting: VecDeque<Option<ReplyTo>> = VecDeque::new();
+    let why = run(settings, tracking, &mut tracked, writes, &mut awaiting).await;
+    for reply in awaiting.into_iter().flatten() {
+        reply.send(Err(BackendError::ConnectionLost));
+    }
     (why, tracked)
 }
 
-async fn run(settings: &ConnectionSettings, tracking: &Tracking, tracked: &mut bool) -> String {
+fn fail_queued(writes: Option<&mut mpsc::UnboundedReceiver<ThroughWrite>>) {
+    if let Some(rx) = writes {
+        while let Ok(w) = rx.try_recv() {
+            w.reply.send(Err(BackendError::Unavailable));
+        }
+    }
+}
+
+async fn run(
+    settings: &ConnectionSettings,
+    tracking: &Tracking,
+    tracked: &mut bool,
+    mut writes: Option<&mut mpsc::UnboundedReceiver<ThroughWrite>>,
+    awaiting: &mut VecDeque<Option<ReplyTo>>,
+) -> String {
     let stream = match tokio::time::timeout(settings.connect_timeout, open_stream(settings)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return e.to_string(),
@@ -76,7 +120,10 @@ async fn run(settings: &ConnectionSettings, tracking: &Tracking, tracked: &mut b
         }
         None => encode_command(&mut out, &[b"HELLO", b"3"]),
     }
-    encode_command(&mut out, &[b"CLIENT", b"TRACKING", b"ON", b"BCAST"]);
+    encode_command(
+        &mut out,
+        &[b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"NOLOOP"],
+    );
     if let Err(e) = wr.write_all(&out).await {
         return e.to_string();
     }
@@ -95,7 +142,9 @@ async fn run(settings: &ConnectionSettings, tracking: &Tracking, tracked: &mut b
             };
             match frame {
                 Frame::Push(items) => invalidated(&items, tracking),
-                Frame::Error(e) => return String::from_utf8_lossy(&e).into_owned(),
+                Frame::Error(e) if handshake < 2 => {
+                    return String::from_utf8_lossy(&e).into_owned()
+                }
                 _ if handshake < 2 => {
                     handshake += 1;
                     if handshake == 2 {
@@ -104,9 +153,19 @@ async fn run(settings: &ConnectionSettings, tracking: &Tracking, tracked: &mut b
                         tracing::info!(shard = %settings.addr, "near cache: invalidation connection tracking");
                     }
                 }
-                _ => unanswered = unanswered.saturating_sub(1),
+                frame => match awaiting.pop_front() {
+                    Some(Some(reply)) => reply.send(Ok(frame)),
+                    Some(None) => {
+                        if let Frame::Error(e) = frame {
+                            return String::from_utf8_lossy(&e).into_owned();
+                        }
+                        unanswered = unanswered.saturating_sub(1);
+                    }
+                    None => return "reply to no request".into(),
+                },
             }
         }
+        let writes_open = *tracked && writes.is_some();
         tokio::select! {
             read = rd.read_buf(&mut buf) => match read {
                 Ok(0) => return "closed by the shard".into(),
@@ -118,11 +177,41 @@ async fn run(settings: &ConnectionSettings, tracking: &Tracking, tracked: &mut b
                     return "PINGs unanswered".into();
                 }
                 unanswered += 1;
+                // Its reply comes after the handshake's, in write order.
+                awaiting.push_back(None);
                 if let Err(e) = wr.write_all(b"*1\r\n$4\r\nPING\r\n").await {
                     return e.to_string();
                 }
             }
+            first = recv(&mut writes), if writes_open => {
+                let Some(first) = first else {
+                    return "write queue closed".into();
+                };
+                out.clear();
+                let mut next = Some(first);
+                let mut n = 0;
+                while let Some(w) = next.take() {
+                    out.extend_from_slice(&w.cmd);
+                    awaiting.push_back(Some(w.reply));
+                    n += 1;
+                    if n < WRITE_BATCH {
+                        next = writes.as_mut().and_then(|rx| rx.try_recv().ok());
+                    }
+                }
+                if let Err(e) = wr.write_all(&out).await {
+                    return e.to_string();
+                }
+            }
         }
+    }
+}
+
+async fn recv(
+    writes: &mut Option<&mut mpsc::UnboundedReceiver<ThroughWrite>>,
+) -> Option<ThroughWrite> {
+    match writes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

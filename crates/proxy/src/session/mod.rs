@@ -119,6 +119,21 @@ pub struct Session {
     /// Near cache: hash of the key the request being dispatched writes
     /// (for its `Pending`).
     near_written: Option<u64>,
+    /// Near cache: a write-through `set` is in flight. It travels on the
+    /// shard's invalidation connection, not the session's data connection,
+    /// so nothing else is dispatched until it is answered (the session's
+    /// requests must reach Redis in order); it is only sent when nothing
+    /// else is in flight.
+    near_through: bool,
+    /// Near cache: a reply-less write went to Redis (the quiet delete after
+    /// a refused set, a backfill copy): no write-through for this session,
+    /// since it could overtake that write.
+    near_unordered: bool,
+    /// `near_through` was just cleared: dispatch the input held back.
+    near_resume: bool,
+    /// `near_cache` settings as of the last input (read once per batch,
+    /// not per lookup).
+    near_limits: crate::near_cache::store::Limits,
     /// `server.max_pending_replies` as of the last input.
     max_pending_replies: usize,
     /// `server.max_item_size` as of the last input.
@@ -153,8 +168,11 @@ impl Session {
     pub fn new(proxy: Arc<Proxy>, id: u64) -> Session {
         let seed = twox_hash::XxHash3_64::oneshot_with_seed(proxy.cas_seed, &id.to_le_bytes());
         let settings = proxy.settings.load();
-        let (max_pending_replies, max_pending_bytes) =
-            (settings.max_pending_replies, settings.max_pending_bytes);
+        let (max_pending_replies, max_pending_bytes, near_limits) = (
+            settings.max_pending_replies,
+            settings.max_pending_bytes,
+            settings.near_cache,
+        );
         drop(settings);
         Session {
             proxy,
@@ -168,6 +186,10 @@ impl Session {
             waiting: 0,
             current_command: NO_COMMAND,
             near_written: None,
+            near_through: false,
+            near_unordered: false,
+            near_resume: false,
+            near_limits,
             current_start: Instant::now(),
             replies: None,
             last_input: Instant::now(),
@@ -312,6 +334,15 @@ impl Session {
                 self.settle_stalled_line(rd).await;
             }
             self.flush_ready();
+            if self.near_resume {
+                // A write-through set was answered: the input held back
+                // behind it goes on.
+                self.near_resume = false;
+                if !self.rbuf.is_empty() {
+                    self.process_input();
+                    self.flush_ready();
+                }
+            }
             if self.pending.len() > self.max_pending_replies
                 || self.pending_bytes > self.max_pending_bytes.max(4 * self.max_item_size)
             {
@@ -403,6 +434,10 @@ impl Session {
                 },
                 () = deadline.fired(), if deadline.is_armed() => {
                     self.expire_overdue();
+                    // As after a reply: input held back for room goes on.
+                    if !self.rbuf.is_empty() {
+                        self.process_input();
+                    }
                 }
                 _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
                     return Some(SessionEnd::IdleTimeout);
@@ -515,6 +550,7 @@ impl Session {
         self.max_pending_replies = settings.max_pending_replies;
         self.max_item_size = settings.limits.max_item_size;
         self.max_pending_bytes = settings.max_pending_bytes;
+        self.near_limits = settings.near_cache;
         settings.limits
     }
 

@@ -126,6 +126,8 @@ pub(super) struct Write {
     pub noreply: bool,
     /// The shadow write to derive from the outcome.
     pub shadow: Option<Box<ShadowPlan>>,
+    /// Near cache: a `set` sent write-through, settled by its outcome.
+    pub near_through: Option<crate::near_cache::store::Through>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,8 @@ impl Session {
     /// and by expected reply bytes (a slow reader's large replies must not
     /// fill the shared backend connections; it waits for its own instead).
     pub(super) fn room_to_dispatch(&self) -> bool {
-        self.waiting < MAX_WAITING
+        !self.near_through
+            && self.waiting < MAX_WAITING
             && self.waiting.saturating_mul(self.reply_estimate) < MAX_IN_FLIGHT_BYTES
     }
 

@@ -553,6 +553,7 @@ impl Session {
         );
         let target = routes.target_on(Backend::Redis, key, Access::Write)?;
         // The copy's reply is not awaited: a sequence number no request has.
+        self.near_unordered = true;
         self.send(&routes, target, ReplyShape::Line, u64::MAX, 0);
         Some(Found {
             flags: item_flags,

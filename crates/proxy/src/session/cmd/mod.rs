@@ -76,12 +76,9 @@ impl Session {
                 cas,
                 data,
                 noreply,
-            } => {
-                self.near_write(&key);
-                self.dispatch_storage(
-                    &routes, tag, command, key, flags, exptime, cas, data, noreply,
-                )
-            }
+            } => self.dispatch_storage(
+                &routes, tag, command, key, flags, exptime, cas, data, noreply,
+            ),
             Request::Arith {
                 command,
                 key,

@@ -9,6 +9,7 @@ use super::super::Session;
 use super::shadow::Change;
 use super::write::single_key_write;
 use super::{unix_now, Tag};
+use crate::near_cache::store::Hit;
 use crate::redis::translate::{self, Expiry};
 use crate::router::{ReplyShape, Routes, Target};
 use crate::stats::bump;
@@ -30,6 +31,39 @@ impl Session {
         bump(&self.proxy.stats.cmd_set);
         self.proxy.stats.prefixes.record_set(&key);
         let route = routes.route(&key);
+        // Taken for a write-through attempt: the same one if it falls back.
+        let mut taken_cas = None;
+        if let (StorageCommand::Set, Target::Redis { shard }) = (command, route.primary) {
+            // Near cache on, and alone in flight (see `Session::near_through`).
+            let alone = crate::near_cache::get().is_some()
+                && self.pending.is_empty()
+                && !self.near_unordered;
+            if alone && routes.route_read(&key).primary == route.primary {
+                let expiry = Expiry::from_exptime(exptime, unix_now());
+                let new_cas = self.cas.next_cas();
+                taken_cas = Some(new_cas);
+                let item = Hit {
+                    flags,
+                    cas: new_cas,
+                    data: data.clone(),
+                };
+                if let Some((tracking, through)) =
+                    self.near_write_through(routes, shard, &key, item, expiry)
+                {
+                    let buf = &mut self.cmd_buf;
+                    translate::store(buf, command, &key, flags, new_cas, &data, expiry);
+                    self.send_through(&tracking, tag.seq);
+                    let kind = WriteKind::Storage(command);
+                    let mut write =
+                        single_key_write(kind, route, noreply, key, flags, exptime, data);
+                    write.near_through = Some(through);
+                    self.near_through = true;
+                    self.push_waiting(Op::Write(write), 1, tag.deadline);
+                    return;
+                }
+            }
+        }
+        self.near_write(&key);
         match route.primary {
             Target::Memcached { .. } => {
                 let encoded = if command == StorageCommand::Cas {
@@ -52,7 +86,7 @@ impl Session {
             }
             Target::Redis { .. } => {
                 let expiry = Expiry::from_exptime(exptime, unix_now());
-                let new_cas = self.cas.next_cas();
+                let new_cas = taken_cas.unwrap_or_else(|| self.cas.next_cas());
                 let buf = &mut self.cmd_buf;
                 match command {
                     StorageCommand::Set | StorageCommand::Add | StorageCommand::Replace => {
@@ -86,6 +120,7 @@ impl Session {
     pub(in crate::session) fn delete_quietly(&mut self, key: Bytes) {
         let routes = self.proxy.router.load();
         let route = routes.route(&key);
+        self.near_unordered = true;
         if self.encode_delete(route.primary, &key) {
             // A sequence number no request has: the reply is dropped.
             self.send(&routes, route.primary, ReplyShape::Line, u64::MAX, 0);

@@ -30,6 +30,7 @@ pub(super) fn single_key_write(
         kind,
         side: route.primary.backend(),
         noreply,
+        near_through: None,
         shadow: route.shadow.map(|side| {
             Box::new(ShadowPlan {
                 side,
@@ -43,7 +44,7 @@ pub(super) fn single_key_write(
 }
 
 impl Session {
-    pub(super) fn render_write(&mut self, w: Write, results: &Results) {
+    pub(super) fn render_write(&mut self, mut w: Write, results: &Results) {
         let proxy = self.proxy.clone();
         let stats = &proxy.stats;
         let result = results.get(0);
@@ -54,6 +55,11 @@ impl Session {
             (Backend::Memcached, Some(Ok(Reply::Memcached(raw)))) => memcached_outcome(raw),
             _ => Outcome::Error(WriteOutcome::Failed.line()),
         };
+        if let Some(through) = w.near_through.take() {
+            // Before the reply: read-your-writes.
+            let stored = matches!(outcome, Outcome::Known(WriteOutcome::Stored));
+            self.near_settle(through, stored);
+        }
         // memcached's counters.
         match (w.kind, &outcome) {
             (WriteKind::Storage(StorageCommand::Cas), Outcome::Known(o)) => match o {
