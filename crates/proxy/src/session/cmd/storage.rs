@@ -34,9 +34,13 @@ impl Session {
         // Taken for a write-through attempt: the same one if it falls back.
         let mut taken_cas = None;
         if let (StorageCommand::Set, Target::Redis { shard }) = (command, route.primary) {
-            // Near cache on, and alone in flight (see `Session::near_through`).
+            // Near cache on, alone in flight (see `Session::near_through`),
+            // and the last input so far: a pipelining client's sets would
+            // otherwise go one round trip at a time (each waits for the
+            // write-through before the next is dispatched).
             let alone = crate::near_cache::get().is_some()
                 && self.pending.is_empty()
+                && self.rbuf.is_empty()
                 && !self.near_unordered;
             if alone && routes.route_read(&key).primary == route.primary {
                 let expiry = Expiry::from_exptime(exptime, unix_now());
@@ -121,6 +125,9 @@ impl Session {
         let routes = self.proxy.router.load();
         let route = routes.route(&key);
         self.near_unordered = true;
+        // Before anything else is dispatched: a read right after the refused
+        // set must not be answered with the item it deleted.
+        self.near_write(&key);
         if self.encode_delete(route.primary, &key) {
             // A sequence number no request has: the reply is dropped.
             self.send(&routes, route.primary, ReplyShape::Line, u64::MAX, 0);
