@@ -75,7 +75,13 @@ pub fn start_resp_memshift(
         options(&mut opts);
         memshift_config(port, admin_port, addrs, &opts)
     });
-    // The RESP listener binds right after the memcached one.
+    wait_for_resp_listener(&memshift, resp_port);
+    (memshift, resp_port, admin_port)
+}
+
+/// Wait (up to 30 s) until `memshift`'s RESP listener on `resp_port`
+/// accepts: it binds right after the memcached one, which the start waited for.
+pub fn wait_for_resp_listener(memshift: &Memshift, resp_port: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", resp_port)).is_err() {
         assert!(
@@ -85,7 +91,6 @@ pub fn start_resp_memshift(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (memshift, resp_port, admin_port)
 }
 
 /// Send `bytes`, then read until the peer closes or `idle` passes with

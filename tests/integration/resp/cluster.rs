@@ -7,13 +7,13 @@
 //! near cache on (its tracking connections are per master).
 
 use std::collections::HashSet;
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memshift_tests::env::free_port;
 use memshift_tests::ops_support::{metric, wait_until};
 use memshift_tests::process::start_memshift_on_free_ports;
 use memshift_tests::redis_cluster::RedisClusterNodes;
+use memshift_tests::resp_proxy::wait_for_resp_listener;
 use memshift_tests::{require_tools, Memshift, RedisClient, RedisServer, Resp};
 
 use super::clients::redis_cli;
@@ -38,15 +38,7 @@ fn start(nodes: &RedisClusterNodes, extra_tables: &str) -> (Memshift, u16, u16) 
              cluster_refresh_ms = 500\n\n[migration]\nphase = \"redis\"\n\n{extra_tables}"
         )
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", resp_port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the RESP listener never accepted:\n{}",
-            memshift.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_resp_listener(&memshift, resp_port);
     (memshift, resp_port, admin_port)
 }
 
