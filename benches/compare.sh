@@ -500,7 +500,7 @@ SYSTEMS=(memcached twemproxy memshift redis)
     else
         echo "pinning: none"
     fi
-    echo "memshift: server.threads = $MEMSHIFT_THREADS, $SHARDS shard(s), connections_per_shard = 2 (default)"
+    echo "memshift: server.threads = $MEMSHIFT_THREADS, $SHARDS shard(s), connections_per_shard = auto (1 with threads = 1)"
     echo "shards: $SHARDS"
     echo "memcached: -t 1; twemproxy: 1 server connection to memcached"
     echo "fd limit: $NOFILE"

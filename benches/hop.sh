@@ -14,7 +14,7 @@
 # PIPELINE (default 1) requests per connection instead of open loop;
 # NICE=-20 runs every process of the benchmark at that nice level, so other
 # work on a shared machine barely delays it (CFS weights: -20 vs 0 is ~87:1).
-# CONNS_PER_SHARD (default 2) sets redis.connections_per_shard.
+# CONNS_PER_SHARD (default 0: memshift's auto, 1 with THREADS=1) sets redis.connections_per_shard.
 # SYSTEM=twemproxy measures nutcracker -> one memcached (-t 1) instead, placed
 # the same way (BIN is then ignored; the "memshift" figures are nutcracker's,
 # the backend's are memcached's). SCHED=1 prints, per process group (proxy,
@@ -92,7 +92,7 @@ level = "warn"
 listen = "$ADMIN_LISTEN"
 [redis]
 shards = [$list]
-connections_per_shard = ${CONNS_PER_SHARD:-2}
+connections_per_shard = ${CONNS_PER_SHARD:-0}
 [migration]
 phase = "redis"
 T

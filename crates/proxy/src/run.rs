@@ -22,13 +22,7 @@ pub fn run(config_path: &Path) -> Result<(), ProxyError> {
     let config = Config::load(config_path)?;
     init_logging(&config);
     crate::fd_limit::raise_for(config.server.max_connections);
-    let threads = if config.server.threads == 0 {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    } else {
-        config.server.threads
-    };
+    let threads = config.server.worker_threads();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()

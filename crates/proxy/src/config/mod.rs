@@ -94,8 +94,12 @@ impl Config {
 
     /// Parses and validates config text.
     pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
-        let cfg: Config =
+        let mut cfg: Config =
             toml::from_str(s).map_err(|e| ConfigError::Parse(describe_toml_error(s, &e)))?;
+        if cfg.redis.connections_per_shard == 0 {
+            cfg.redis.connections_per_shard =
+                RedisConfig::auto_connections_per_shard(cfg.server.worker_threads());
+        }
         cfg.validate()?;
         Ok(cfg)
     }

@@ -16,6 +16,8 @@ pub struct RedisConfig {
     pub cluster_nodes: Vec<String>,
     /// `mode = "cluster"`: how often the slot map is re-read.
     pub cluster_refresh_ms: u64,
+    /// Pipelined connections per shard; 0 in the file (the default) is
+    /// resolved at load ([`RedisConfig::auto_connections_per_shard`]).
     pub connections_per_shard: usize,
     /// Per-request timeout.
     pub timeout_ms: u64,
@@ -35,6 +37,22 @@ pub struct RedisConfig {
     pub tls_server_name: Option<String>,
 }
 
+impl RedisConfig {
+    /// `connections_per_shard` when the file leaves it at 0: one with a
+    /// single worker thread (its connections would all be written by that
+    /// one thread, and each extra one wakes the shard's redis-server
+    /// separately: measured 1.2x the closed-loop throughput and a lower
+    /// p50 with one, BENCHMARKS.md "Issue 14"), two otherwise (so workers
+    /// do not all queue on one connection task per shard).
+    pub fn auto_connections_per_shard(worker_threads: usize) -> usize {
+        if worker_threads <= 1 {
+            1
+        } else {
+            2
+        }
+    }
+}
+
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
@@ -42,7 +60,7 @@ impl Default for RedisConfig {
             shards: Vec::new(),
             cluster_nodes: Vec::new(),
             cluster_refresh_ms: 5000,
-            connections_per_shard: 2,
+            connections_per_shard: 0,
             timeout_ms: 500,
             connect_timeout_ms: 1000,
             on_shard_down: ShardDownPolicy::Fail,

@@ -52,6 +52,17 @@ pub struct ServerConfig {
     pub resp_max_bulk_len: usize,
 }
 
+impl ServerConfig {
+    /// The worker thread count `threads` resolves to (0: one per core).
+    pub fn worker_threads(&self) -> usize {
+        if self.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.threads
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {

@@ -87,7 +87,10 @@ fn minimal_config_gets_every_default() {
             name: None
         }]
     );
-    assert_eq!(r.connections_per_shard, 2);
+    assert_eq!(
+        r.connections_per_shard,
+        RedisConfig::auto_connections_per_shard(c.server.worker_threads())
+    );
     assert_eq!(r.timeout_ms, 500);
     assert_eq!(r.connect_timeout_ms, 1000);
     assert_eq!(r.on_shard_down, ShardDownPolicy::Fail);
@@ -581,6 +584,22 @@ fn redis_username_needs_password() {
     let mut c = ok("");
     c.redis.password = Some("p".into());
     c.validate().unwrap();
+}
+
+#[test]
+fn connections_per_shard_defaults_to_one_with_one_worker_thread() {
+    let resolved = |threads: &str, cps: &str| {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:11211\"\nthreads = {threads}\n[redis]\nshards = [\"127.0.0.1:6379\"]\n{cps}"
+        );
+        let c = Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        c.redis.connections_per_shard
+    };
+    assert_eq!(resolved("1", ""), 1);
+    assert_eq!(resolved("4", ""), 2);
+    assert_eq!(resolved("1", "connections_per_shard = 0"), 1);
+    assert_eq!(resolved("1", "connections_per_shard = 3"), 3);
+    assert_eq!(resolved("4", "connections_per_shard = 1"), 1);
 }
 
 #[test]
