@@ -7,16 +7,6 @@ mod invariants;
 
 use proptest::prelude::*;
 
-fn encode(req: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", req.len()).into_bytes();
-    for a in req {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
 proptest! {
     #[test]
     fn random_bytes_keep_the_invariants(data in proptest::collection::vec(any::<u8>(), 0..512)) {
@@ -44,7 +34,7 @@ proptest! {
             1..6,
         )
     ) {
-        let data: Vec<u8> = reqs.iter().flat_map(|r| encode(r)).collect();
+        let data: Vec<u8> = reqs.iter().flat_map(invariants::encode).collect();
         let (got, err) = invariants::feed(data.chunks(7), &invariants::limits());
         prop_assert_eq!(err, None);
         prop_assert_eq!(got, reqs);

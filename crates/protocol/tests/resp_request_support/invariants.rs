@@ -56,7 +56,8 @@ pub fn feed<'a>(
     (out, None)
 }
 
-fn encode(req: &Request) -> Vec<u8> {
+/// `req` as a RESP multibulk of bulk strings (what a client sends).
+pub fn encode(req: &Request) -> Vec<u8> {
     let mut out = format!("*{}\r\n", req.len()).into_bytes();
     for a in req {
         out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
