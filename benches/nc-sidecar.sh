@@ -13,7 +13,8 @@
 # Knobs (defaults: the issue 15 benchmark, zipf 0.99 over 100,000 keys,
 # 90:10 get/set, 100 B values, 50 connections, no pipelining):
 #   KEYS=100000 RATIO=90:10 DIST=zipf:0.99 CONNS=50 DUR=10 ROUNDS=3
-#   NC_SETTINGS="admit_reads = 1;max_ttl_ms = 10000" ([near_cache] lines, ';'-separated)
+#   NC_SETTINGS='admit_reads = 1\nmax_ttl_ms = 10000' ([near_cache] lines, separated
+#   by \n as in compare.sh's knob of that name, or by ';')
 #   NICE=-20: run everything in a session of its own at that autogroup nice
 #   level (see benches/hop.sh), so other work on the box barely delays it.
 # KEYS=1000 RATIO=100:0 DIST=uniform measures a hit against a memcached
@@ -25,7 +26,7 @@ if [ -n "${NICE:-}" ] && [ -z "${MEMSHIFT_BENCH_SESSION:-}" ]; then
 fi
 [ -z "${NICE:-}" ] || echo "$NICE" >/proc/self/autogroup 2>/dev/null || true
 KEYS=${KEYS:-100000} RATIO=${RATIO:-90:10} DIST=${DIST:-zipf:0.99} CONNS=${CONNS:-50}
-DUR=${DUR:-10} ROUNDS=${ROUNDS:-3} NC_SETTINGS=${NC_SETTINGS:-admit_reads = 1;max_ttl_ms = 10000}
+DUR=${DUR:-10} ROUNDS=${ROUNDS:-3} NC_SETTINGS=${NC_SETTINGS:-admit_reads = 1\nmax_ttl_ms = 10000}
 B=$PWD/target/release; L=$B/memshift-load; W=$(mktemp -d)
 stop() { pkill -f "redis-server 127.0.0.1:1730"; pkill -f "memcached -p 17401"; pkill -f "memshift --config $W"; }
 trap stop EXIT
@@ -41,7 +42,7 @@ listen = "127.0.0.1:9133"
 shards = ["127.0.0.1:17301","127.0.0.1:17302","127.0.0.1:17303"]
 [near_cache]
 enabled = true
-$(echo "$NC_SETTINGS" | tr ';' '\n')
+$(printf '%b\n' "$NC_SETTINGS" | tr ';' '\n')
 T
 taskset -c 1 $B/memshift --config $W/memshift.toml >$W/memshift.log 2>&1 &
 sleep 1
