@@ -2,12 +2,17 @@
 //! (binary protocol tests) against a real memcached 1.6 and against
 //! memshift, over standalone shards and (ASCII) in `mode = "cluster"`:
 //! every test that passes against memcached must pass against memshift.
+//! Also with the near cache on (`[near_cache] enabled = true`, every read
+//! admitted): its hits must answer exactly what memcached answers.
 
 use std::process::Command;
 use std::time::Duration;
 
+use memshift_tests::ops_support::wait_until;
 use memshift_tests::redis_cluster::RedisClusterNodes;
-use memshift_tests::{require_tools, run_with_timeout, Cluster, Memcached};
+use memshift_tests::{
+    require_tools, run_with_timeout, Cluster, ClusterOptions, McClient, Memcached, Resp,
+};
 
 /// `(test name, status)` from lines like `ascii set      [pass]` (or
 /// `binary set`, with `prefix` "binary ").
@@ -98,6 +103,98 @@ fn memccapable_binary() {
     );
 }
 
+/// A memshift over standalone shards with the near cache on, every read
+/// admitted, started only once every shard's invalidation connection is
+/// tracking (otherwise nothing would be cached and the run would prove
+/// nothing about it).
+fn over_shards_with_near_cache() -> (u16, Box<dyn Fn() -> String>) {
+    let cluster = Cluster::start_with(ClusterOptions {
+        extra_tables: "[near_cache]\nenabled = true\nadmit_reads = 1\n".into(),
+        timeout_ms: 2000,
+        ..ClusterOptions::default()
+    });
+    for shard in &cluster.shards {
+        wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(20),
+            "the shard's invalidation connection (a RESP3 client)",
+            || {
+                let Resp::Bulk(Some(list)) = shard.cmd(&[b"CLIENT", b"LIST"]) else {
+                    return None;
+                };
+                String::from_utf8_lossy(&list)
+                    .contains(" resp=3")
+                    .then_some(())
+            },
+        );
+    }
+    let port = cluster.memshift.port();
+    (
+        port,
+        Box::new(move || {
+            // The whole cluster, as in `over_shards`: it keeps the shards up.
+            let cluster = &cluster;
+            cluster.memshift.stderr()
+        }),
+    )
+}
+
+/// A `near_cache_*` counter of memshift's `stats`.
+fn near_cache_stat(port: u16, name: &str) -> (u64, String) {
+    let mut c = McClient::connect(&format!("127.0.0.1:{port}")).expect("connect for stats");
+    let stats = c.request_str(b"stats\r\n").expect("stats");
+    let line = format!("STAT near_cache_{name} ");
+    let n = stats
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no near_cache_{name} line in stats:\n{stats}"));
+    (n, stats)
+}
+
+/// The ASCII run must have been answered from the near cache at least
+/// once, or it tested nothing of it.
+fn assert_near_cache_hits(port: u16) {
+    let (hits, stats) = near_cache_stat(port, "hits");
+    assert!(
+        hits > 0,
+        "memccapable -a was never answered from the near cache:\n{stats}"
+    );
+}
+
+/// memccapable -b reads each key once after writing it, so nothing hits;
+/// its gets must still have filled the cache (then any hit is checked by
+/// the differential tests).
+fn assert_near_cache_filled(port: u16) {
+    let (admissions, stats) = near_cache_stat(port, "admissions");
+    assert!(
+        admissions > 0,
+        "memccapable -b never filled the near cache:\n{stats}"
+    );
+}
+
+#[test]
+fn memccapable_ascii_near_cache() {
+    compare_with_memcached_then(
+        "memccapable_ascii_near_cache",
+        "-a",
+        &["memccapable", "memcached", "redis-server"],
+        over_shards_with_near_cache,
+        assert_near_cache_hits,
+    );
+}
+
+#[test]
+fn memccapable_binary_near_cache() {
+    compare_with_memcached_then(
+        "memccapable_binary_near_cache",
+        "-b",
+        &["memccapable", "memcached", "redis-server"],
+        over_shards_with_near_cache,
+        assert_near_cache_filled,
+    );
+}
+
 /// The ASCII tests with memshift in `mode = "cluster"` on a 6-node Redis
 /// Cluster.
 #[test]
@@ -130,6 +227,17 @@ fn compare_with_memcached(
     tools: &[&str],
     start: impl FnOnce() -> (u16, Box<dyn Fn() -> String>),
 ) {
+    compare_with_memcached_then(test, mode, tools, start, |_| {});
+}
+
+/// [`compare_with_memcached`], then `after(port)` while memshift still runs.
+fn compare_with_memcached_then(
+    test: &str,
+    mode: &str,
+    tools: &[&str],
+    start: impl FnOnce() -> (u16, Box<dyn Fn() -> String>),
+    after: impl FnOnce(u16),
+) {
     if !require_tools(test, tools) {
         return;
     }
@@ -157,6 +265,7 @@ fn compare_with_memcached(
         regressions.join("\n  "),
         tail(&stderr(), 3000)
     );
+    after(port);
 }
 
 /// `memccapable -b` through memshift in the `memcached` and `warmup`
