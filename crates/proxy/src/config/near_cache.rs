@@ -91,7 +91,10 @@ mod tests {
         assert!(c.near_cache.coalesce_misses);
         let off = load("[near_cache]\ncoalesce_misses = false\n").unwrap();
         assert!(!off.near_cache.coalesce_misses);
-        assert!(c.restart_required_changes(&off).is_empty(), "hot-reloadable");
+        assert!(
+            c.restart_required_changes(&off).is_empty(),
+            "hot-reloadable"
+        );
         let on = load("[near_cache]\nenabled = true\nmax_bytes = 4096\nadmit_reads = 1\n").unwrap();
         assert!(on.near_cache.enabled);
         for (bad, key) in [

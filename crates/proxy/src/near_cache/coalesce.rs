@@ -243,7 +243,11 @@ fn take(hash: u64, id: u64) -> Vec<ReplyTo> {
     FLIGHTS.with(|f| {
         let mut f = f.borrow_mut();
         if f.open.get(&hash).is_some_and(|fl| fl.id == id) {
-            return f.open.remove(&hash).map(|fl| fl.waiters).unwrap_or_default();
+            return f
+                .open
+                .remove(&hash)
+                .map(|fl| fl.waiters)
+                .unwrap_or_default();
         }
         match f.closed.iter().position(|fl| fl.id == id) {
             Some(i) => f.closed.swap_remove(i).waiters,

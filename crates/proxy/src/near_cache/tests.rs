@@ -300,7 +300,10 @@ mod coalescing {
         assert!(join(&n, &t, b"k", || to(&tx, 3)).is_some());
         assert_eq!(in_flight(), (1, 1));
         t.drop_all();
-        assert!(join(&n, &t, b"k", || to(&tx, 4)).is_none(), "generation moved");
+        assert!(
+            join(&n, &t, b"k", || to(&tx, 4)).is_none(),
+            "generation moved"
+        );
         assert_eq!(old.land().iter().map(|w| w.seq).collect::<Vec<_>>(), [1]);
         assert_eq!(new.land().iter().map(|w| w.seq).collect::<Vec<_>>(), [3]);
         assert_eq!(in_flight(), (0, 0));

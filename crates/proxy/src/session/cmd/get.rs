@@ -462,11 +462,9 @@ impl Session {
                 }
                 _ => None,
             };
-            if let (Some(frame), Some(_), false) = (
-                answered_by_redis,
-                crate::near_cache::get(),
-                r.near_observed,
-            ) {
+            if let (Some(frame), Some(_), false) =
+                (answered_by_redis, crate::near_cache::get(), r.near_observed)
+            {
                 let item = found.as_ref().map(|f| Hit {
                     flags: f.flags,
                     cas: f.cas,

@@ -251,7 +251,14 @@ pub(in crate::session) fn land(r: &mut Retrieval, result: &PartResult, limits: &
                 data: i.data,
             });
             let ticket = r.near_fill.pop().map(|(_, t)| t);
-            store::answered(near, ticket, key, item.as_ref(), meta_get_pttl(frame), limits);
+            store::answered(
+                near,
+                ticket,
+                key,
+                item.as_ref(),
+                meta_get_pttl(frame),
+                limits,
+            );
             r.near_observed = true;
         }
         near.metrics.near_cache.coalesced(waiters.len());
