@@ -9,8 +9,10 @@
 //!   the value and Redis counts far fewer than 200 reads of it; after a
 //!   hot reload to `coalesce_misses = false`, the same herd costs Redis at
 //!   least one read per connection (the herd can tell the two apart);
-//! - consistency: readers hammer one key while a writer replaces it; a
-//!   read sent after a write's reply always returns that write's value;
+//! - consistency: a get pipelined after a write of the key never shares
+//!   a read sent before the write (the shard frozen meanwhile); and a soak:
+//!   readers hammer one key while a writer replaces it; a read sent after
+//!   a write's reply always returns that write's value;
 //! - failure: the shard is frozen, then killed, while reads wait on one
 //!   in flight (and the leading connection already went away): every
 //!   connection gets one reply (the value or a `SERVER_ERROR`) within a
@@ -53,17 +55,18 @@ fn near_cache_table(coalesce: bool) -> String {
 }
 
 fn start(timeout_ms: u64) -> Setup {
-    start_with(timeout_ms, "", "")
+    start_with(timeout_ms, 1, "", "")
 }
 
-/// [`start`] with more `[server]` and `[redis]` lines.
-fn start_with(timeout_ms: u64, server_extra: &str, redis_extra: &str) -> Setup {
+/// [`start`] with `threads` worker threads and more `[server]` and
+/// `[redis]` lines.
+fn start_with(timeout_ms: u64, threads: usize, server_extra: &str, redis_extra: &str) -> Setup {
     let shard = RedisServer::start();
     let opts = ClusterOptions {
         shards: 1,
         extra_tables: near_cache_table(true),
         timeout_ms,
-        server_extra: format!("threads = 1\n{server_extra}"),
+        server_extra: format!("threads = {threads}\n{server_extra}"),
         redis_extra: redis_extra.to_owned(),
         ..ClusterOptions::default()
     };
@@ -256,6 +259,35 @@ fn near_cache_coalesce_a_herd_costs_one_read_and_off_costs_one_each() {
 }
 
 #[test]
+fn near_cache_coalesce_a_herd_on_two_threads() {
+    if !require_tools("near_cache_coalesce_herd_threads", &["redis-server"]) {
+        return;
+    }
+    // Sessions move between worker threads: a leader may be answered on
+    // another thread than the one its waiters joined on.
+    let setup = start_with(10_000, 2, "", "");
+    let mut admin = setup.memshift.client();
+    let mut clients = connect(&setup, HERD);
+    admin.set("herd2", b"v0").expect("set");
+    for round in 1..=5 {
+        let value = format!("value-{round}");
+        replace(&mut admin, "herd2", &value);
+        let reads = redis_reads(&setup.shard);
+        let want = format!("VALUE herd2 0 {}\r\n{value}\r\nEND\r\n", value.len());
+        for reply in herd(&setup, &mut clients, "herd2") {
+            assert_eq!(reply, want, "round {round}");
+        }
+        let reads = redis_reads(&setup.shard) - reads;
+        println!("two threads, round {round}: {reads} Redis reads");
+        // One read per thread (and its inner GET), at most a few more.
+        assert!(
+            reads < HERD as u64 / 2,
+            "round {round}: {reads} Redis reads"
+        );
+    }
+}
+
+#[test]
 fn near_cache_coalesce_a_read_after_a_writes_reply_sees_the_write() {
     if !require_tools("near_cache_coalesce_consistency", &["redis-server"]) {
         return;
@@ -264,6 +296,30 @@ fn near_cache_coalesce_a_read_after_a_writes_reply_sees_the_write() {
     let mut writer = setup.memshift.client();
     let mut checker = setup.memshift.client();
     writer.set("cons", b"0").expect("set");
+    // Deterministic first: a read sent before a write is in flight (the
+    // shard is frozen); the writer's own get, pipelined after its write,
+    // must not share it.
+    let mut leader = setup.memshift.client();
+    for round in 1..=5 {
+        let new = format!("new{round}");
+        // Not cached: the leader's get is a Redis read.
+        replace(&mut checker, "cons", "old");
+        setup.shard.signal(libc::SIGSTOP);
+        leader.send(b"get cons\r\n").expect("send");
+        thread::sleep(Duration::from_millis(200));
+        let req = format!("replace cons 0 0 {}\r\n{new}\r\nget cons\r\n", new.len());
+        writer.send(req.as_bytes()).expect("send");
+        thread::sleep(Duration::from_millis(200));
+        setup.shard.signal(libc::SIGCONT);
+        leader.set_read_timeout(REPLY_BOUND).expect("timeout");
+        writer.set_read_timeout(REPLY_BOUND).expect("timeout");
+        // Concurrent with the write.
+        let first = read_get_reply(&mut leader);
+        assert!(first.starts_with("VALUE cons 0 "), "{first}");
+        assert_eq!(writer.read_line().expect("stored"), b"STORED\r\n");
+        let want = format!("VALUE cons 0 {}\r\n{new}\r\nEND\r\n", new.len());
+        assert_eq!(read_get_reply(&mut writer), want, "round {round}");
+    }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Readers keep reads of the key in flight (leaders and waiters).
     let readers: Vec<_> = (0..8)
@@ -409,7 +465,7 @@ fn near_cache_coalesce_waiters_of_a_lost_leader_read_for_themselves() {
         return;
     }
     // Long timeouts: only the re-read answers the waiters quickly.
-    let setup = start_with(10_000, "max_pending_replies = 20\n", "");
+    let setup = start_with(10_000, 1, "max_pending_replies = 20\n", "");
     let mut admin = setup.memshift.client();
     admin.set("lost", b"alive").expect("set");
     replace(&mut admin, "lost", "alive");
@@ -459,7 +515,7 @@ fn near_cache_coalesce_a_joined_read_followed_by_its_own_write_keeps_order() {
     if !require_tools("near_cache_coalesce_session_order", &["redis-server"]) {
         return;
     }
-    let setup = start_with(10_000, "", "connections_per_shard = 2\n");
+    let setup = start_with(10_000, 1, "", "connections_per_shard = 2\n");
     let mut admin = setup.memshift.client();
     let mut leader = setup.memshift.client();
     let mut writer = setup.memshift.client();

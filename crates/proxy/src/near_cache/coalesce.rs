@@ -4,6 +4,14 @@
 //! of sending its own, so a herd of clients missing one hot key costs one
 //! Redis read per thread.
 //!
+//! * **Where flights live.** A flight (its waiters) is shared by its
+//!   [`Lead`] and its waiters' [`Joined`] under a mutex that only they
+//!   take, so it does not matter on which thread the leader's answer is
+//!   handled (the runtime moves session tasks between worker threads).
+//!   Finding a flight to join goes through a thread-local index (key hash
+//!   to open flight): no lock shared by unrelated connections, and
+//!   coalescing stays per thread.
+//!
 //! * **Who leads.** A read the near cache admits (sent as the peek
 //!   meta-get, with a [`super::store::Ticket`]) opens a *flight* for its
 //!   key, holding the ticket's snapshot: the shard's tracking connection,
@@ -41,15 +49,18 @@
 //!   a read Redis executed before the write, unless the flight was lost,
 //!   and then it fails rather than read after its own write.
 //! * **Bounds.** At most [`MAX_WAITERS`] per flight (the next miss opens a
-//!   new flight). A flight lives exactly as long as its [`Lead`], which
-//!   lives in one pending request; the map cannot outgrow the requests in
-//!   flight on the thread.
+//!   new flight). A flight lives as long as its [`Lead`] (one pending
+//!   request) and its waiters' requests. The index drops an entry when its
+//!   leader lands on the index's thread, when a join or lead finds it
+//!   landed, and in a sweep of landed entries whenever it has doubled
+//!   since the last sweep: it holds at most about twice the flights in
+//!   flight, plus [`SWEEP_FLOOR`].
 //! * **Out of scope:** multi-key gets, `mg`, the RESP listener and keys
 //!   served by the memcached side.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -63,29 +74,40 @@ pub const MAX_WAITERS: usize = 1024;
 /// The `part` of a reply that tells a waiter its flight was lost: send
 /// your own read.
 pub const REDISPATCH: u32 = u32::MAX - 1;
+/// Index entries below which no sweep runs.
+const SWEEP_FLOOR: usize = 1024;
 
-struct Flight {
-    id: u64,
+#[derive(Debug, Default)]
+pub struct Flight {
+    waiters: Vec<ReplyTo>,
+    /// Answered or lost: takes no more waiters.
+    landed: bool,
+}
+
+type Shared = Arc<Mutex<Flight>>;
+
+fn lock(flight: &Shared) -> MutexGuard<'_, Flight> {
+    // Nothing panics while holding it; a poisoned flight is still whole.
+    flight.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An open flight in the index, with the snapshot of its read.
+struct Open {
     key: Bytes,
     tracking: Arc<Tracking>,
     generation: u64,
     epoch: u32,
-    waiters: Vec<ReplyTo>,
+    flight: Shared,
 }
 
 #[derive(Default)]
-struct Flights {
-    /// The flight each key hash may be joined on.
-    open: HashMap<u64, Flight>,
-    /// Flights replaced by a newer one of their key (an invalidation
-    /// moved the snapshot, or they were full): still owed to their
-    /// waiters, no longer joinable.
-    closed: Vec<Flight>,
-    next_id: u64,
+struct Index {
+    open: HashMap<u64, Open>,
+    sweep_at: usize,
 }
 
 thread_local! {
-    static FLIGHTS: RefCell<Flights> = RefCell::new(Flights::default());
+    static INDEX: RefCell<Index> = RefCell::new(Index::default());
 }
 
 /// A leader's hold on its flight (in the read's retrieval). Dropped before
@@ -93,14 +115,15 @@ thread_local! {
 #[derive(Debug)]
 pub struct Lead {
     hash: u64,
-    id: u64,
+    flight: Shared,
+    landed: bool,
 }
 
 /// A waiter's place in a flight (in the joined read's retrieval).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Joined {
     hash: u64,
-    id: u64,
+    flight: Shared,
     /// Its session dispatched a write of the key while it waited, and it
     /// could not be taken out of its flight: a lost flight is not re-read.
     pub overtaken: bool,
@@ -116,29 +139,31 @@ impl Joined {
 /// another key with the same hash has one open (never shared).
 pub fn lead(ticket: &Ticket, key: Bytes) -> Option<Lead> {
     let (tracking, generation, hash, epoch) = ticket.snapshot();
-    FLIGHTS.with(|f| {
-        let mut f = f.borrow_mut();
-        if f.open.get(&hash).is_some_and(|old| old.key != key) {
-            return None;
-        }
-        f.next_id += 1;
-        let id = f.next_id;
-        let flight = Flight {
-            id,
-            key,
-            tracking: tracking.clone(),
-            generation,
-            epoch,
-            waiters: Vec::new(),
-        };
-        if let Some(old) = f.open.insert(hash, flight) {
-            if old.waiters.is_empty() {
-                // Its leader finds nothing to do: nothing is owed.
-            } else {
-                f.closed.push(old);
+    INDEX.with(|index| {
+        let mut index = index.borrow_mut();
+        if let Some(old) = index.open.get(&hash) {
+            if old.key != key && !lock(&old.flight).landed {
+                return None;
             }
         }
-        Some(Lead { hash, id })
+        let flight = Shared::default();
+        // A flight it replaces stays owed to its waiters by its own leader.
+        index.open.insert(
+            hash,
+            Open {
+                key,
+                tracking: tracking.clone(),
+                generation,
+                epoch,
+                flight: flight.clone(),
+            },
+        );
+        index.sweep();
+        Some(Lead {
+            hash,
+            flight,
+            landed: false,
+        })
     })
 }
 
@@ -151,25 +176,35 @@ pub fn join(
     key: &[u8],
     reply: impl FnOnce() -> ReplyTo,
 ) -> Option<Joined> {
-    FLIGHTS.with(|f| {
-        let mut f = f.borrow_mut();
-        if f.open.is_empty() {
+    INDEX.with(|index| {
+        let mut index = index.borrow_mut();
+        if index.open.is_empty() {
             return None;
         }
         let hash = super::hash(key);
-        let flight = f.open.get_mut(&hash)?;
-        let same_snapshot = || {
-            Arc::ptr_eq(&flight.tracking, tracking)
-                && tracking.current() == Some(flight.generation)
-                && near.epoch(hash) == flight.epoch
-        };
-        if flight.key != key || flight.waiters.len() >= MAX_WAITERS || !same_snapshot() {
+        let open = index.open.get(&hash)?;
+        let same_snapshot = open.key == key
+            && Arc::ptr_eq(&open.tracking, tracking)
+            && tracking.current() == Some(open.generation)
+            && near.epoch(hash) == open.epoch;
+        if !same_snapshot {
             return None;
         }
-        flight.waiters.push(reply());
+        let flight = open.flight.clone();
+        let mut f = lock(&flight);
+        if f.landed {
+            drop(f);
+            index.open.remove(&hash);
+            return None;
+        }
+        if f.waiters.len() >= MAX_WAITERS {
+            return None;
+        }
+        f.waiters.push(reply());
+        drop(f);
         Some(Joined {
             hash,
-            id: flight.id,
+            flight,
             overtaken: false,
         })
     })
@@ -180,46 +215,57 @@ pub fn join(
 /// flight already answered it or was lost (the answer or [`REDISPATCH`]
 /// is on its way).
 pub fn leave(joined: &Joined, tx: &mpsc::UnboundedSender<BackendReply>, seq: u64) -> bool {
-    FLIGHTS.with(|f| {
-        let mut f = f.borrow_mut();
-        let f = &mut *f;
-        let flight = match f.open.get_mut(&joined.hash) {
-            Some(fl) if fl.id == joined.id => Some(fl),
-            _ => f.closed.iter_mut().find(|fl| fl.id == joined.id),
-        };
-        let Some(flight) = flight else {
-            return false;
-        };
-        match flight
-            .waiters
-            .iter()
-            .position(|w| w.seq == seq && w.tx.same_channel(tx))
-        {
-            Some(i) => {
-                flight.waiters.swap_remove(i);
-                true
-            }
-            None => false,
+    let mut f = lock(&joined.flight);
+    match f
+        .waiters
+        .iter()
+        .position(|w| w.seq == seq && w.tx.same_channel(tx))
+    {
+        Some(i) => {
+            f.waiters.swap_remove(i);
+            true
         }
-    })
+        None => false,
+    }
 }
 
 impl Lead {
     /// The leader's read was answered (or failed): close the flight and
     /// return its waiters, to be sent [`answer`].
     pub fn land(mut self) -> Vec<ReplyTo> {
-        let waiters = take(self.hash, self.id);
-        self.id = 0;
+        self.landed = true;
+        self.close()
+    }
+
+    fn close(&self) -> Vec<ReplyTo> {
+        let waiters = {
+            let mut f = lock(&self.flight);
+            f.landed = true;
+            std::mem::take(&mut f.waiters)
+        };
+        // Out of this thread's index if it is still there (it is unless
+        // the leader's task moved to another thread; then a sweep or the
+        // next lead or join of the key drops it).
+        INDEX.with(|index| {
+            let mut index = index.borrow_mut();
+            if index
+                .open
+                .get(&self.hash)
+                .is_some_and(|o| Arc::ptr_eq(&o.flight, &self.flight))
+            {
+                index.open.remove(&self.hash);
+            }
+        });
         waiters
     }
 }
 
 impl Drop for Lead {
     fn drop(&mut self) {
-        if self.id == 0 {
+        if self.landed {
             return;
         }
-        for w in take(self.hash, self.id) {
+        for w in self.close() {
             let _ = w.tx.send(BackendReply {
                 seq: w.seq,
                 part: REDISPATCH,
@@ -238,29 +284,19 @@ pub fn answer(waiter: ReplyTo, result: &Result<Reply, BackendError>) {
     });
 }
 
-/// Remove flight `id` (open under `hash`, or closed); its waiters.
-fn take(hash: u64, id: u64) -> Vec<ReplyTo> {
-    FLIGHTS.with(|f| {
-        let mut f = f.borrow_mut();
-        if f.open.get(&hash).is_some_and(|fl| fl.id == id) {
-            return f
-                .open
-                .remove(&hash)
-                .map(|fl| fl.waiters)
-                .unwrap_or_default();
+impl Index {
+    /// Drop landed entries once the index has doubled since the last sweep.
+    fn sweep(&mut self) {
+        if self.open.len() < self.sweep_at.max(SWEEP_FLOOR) {
+            return;
         }
-        match f.closed.iter().position(|fl| fl.id == id) {
-            Some(i) => f.closed.swap_remove(i).waiters,
-            None => Vec::new(),
-        }
-    })
+        self.open.retain(|_, o| !lock(&o.flight).landed);
+        self.sweep_at = 2 * self.open.len();
+    }
 }
 
-/// Open and closed flights on this thread (tests).
+/// Entries in this thread's index (tests).
 #[cfg(test)]
-pub(super) fn in_flight() -> (usize, usize) {
-    FLIGHTS.with(|f| {
-        let f = f.borrow();
-        (f.open.len(), f.closed.len())
-    })
+pub(super) fn indexed() -> usize {
+    INDEX.with(|index| index.borrow().open.len())
 }

@@ -245,7 +245,7 @@ fn ticket_after_admission(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limi
 mod coalescing {
     use tokio::sync::mpsc;
 
-    use super::super::coalesce::{self, in_flight, join, lead, leave, REDISPATCH};
+    use super::super::coalesce::{self, indexed, join, lead, leave, REDISPATCH};
     use super::*;
     use crate::redis::{BackendReply, Reply, ReplyTo};
 
@@ -281,7 +281,7 @@ mod coalescing {
             .collect();
         seqs.sort_unstable();
         assert_eq!(seqs, [1, 2, 3]);
-        assert_eq!(in_flight(), (0, 0));
+        assert_eq!(indexed(), 0);
         assert!(join(&n, &t, b"hot", || to(&tx, 4)).is_none(), "closed");
     }
 
@@ -298,7 +298,7 @@ mod coalescing {
         let tk = ticket(&n, &t, b"k", &l);
         let new = lead(&tk, Bytes::from_static(b"k")).expect("leads");
         assert!(join(&n, &t, b"k", || to(&tx, 3)).is_some());
-        assert_eq!(in_flight(), (1, 1));
+        assert_eq!(indexed(), 1);
         t.drop_all();
         assert!(
             join(&n, &t, b"k", || to(&tx, 4)).is_none(),
@@ -306,7 +306,7 @@ mod coalescing {
         );
         assert_eq!(old.land().iter().map(|w| w.seq).collect::<Vec<_>>(), [1]);
         assert_eq!(new.land().iter().map(|w| w.seq).collect::<Vec<_>>(), [3]);
-        assert_eq!(in_flight(), (0, 0));
+        assert_eq!(indexed(), 0);
         assert!(rx.try_recv().is_err());
     }
 
@@ -325,7 +325,7 @@ mod coalescing {
         assert_eq!((r.seq, r.part), (2, REDISPATCH));
         assert!(rx.try_recv().is_err(), "seq 1 left: told nothing");
         assert!(!leave(&stays, &tx, 2), "flight gone");
-        assert_eq!(in_flight(), (0, 0));
+        assert_eq!(indexed(), 0);
     }
 
     #[test]
@@ -341,5 +341,33 @@ mod coalescing {
         // Keys are compared, not just hashes: a different key's ticket
         // with the same hash does not take over the flight.
         assert!(lead(&tk, Bytes::from_static(b"other")).is_none());
+    }
+
+    #[test]
+    fn a_leader_landing_on_another_thread_still_answers_and_the_index_is_swept() {
+        let (n, t, l) = (near(), live(), limits(1));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let tk = ticket(&n, &t, b"k", &l);
+        let first = lead(&tk, Bytes::from_static(b"k")).expect("leads");
+        assert!(join(&n, &t, b"k", || to(&tx, 1)).is_some());
+        // The leader's task moved: it lands (or is dropped) elsewhere.
+        std::thread::spawn(move || drop(first))
+            .join()
+            .expect("thread");
+        assert_eq!(rx.try_recv().expect("told").part, REDISPATCH);
+        assert_eq!(indexed(), 1, "left in this thread's index");
+        assert!(join(&n, &t, b"k", || to(&tx, 2)).is_none(), "landed");
+        assert_eq!(indexed(), 0, "dropped by the join");
+        // Landed entries never pile up: swept as the index doubles.
+        for i in 0..5_000u32 {
+            let key = format!("s{i}");
+            let tk = ticket(&n, &t, key.as_bytes(), &l);
+            let moved = lead(&tk, Bytes::from(key)).expect("leads");
+            let waiters = std::thread::spawn(move || moved.land())
+                .join()
+                .expect("thread");
+            assert!(waiters.is_empty());
+        }
+        assert!(indexed() <= 2_100, "{} entries", indexed());
     }
 }
