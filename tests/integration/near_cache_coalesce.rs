@@ -68,7 +68,6 @@ fn start_with(timeout_ms: u64, threads: usize, server_extra: &str, redis_extra: 
         timeout_ms,
         server_extra: format!("threads = {threads}\n{server_extra}"),
         redis_extra: redis_extra.to_owned(),
-        ..ClusterOptions::default()
     };
     let addrs = [shard.addr()];
     let (memshift, admin, _) =
