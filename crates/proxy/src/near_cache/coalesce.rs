@@ -78,7 +78,10 @@ pub const REDISPATCH: u32 = u32::MAX - 1;
 const SWEEP_FLOOR: usize = 1024;
 
 #[derive(Debug, Default)]
-pub struct Flight {
+struct Flight {
+    /// The key read (emptied when it lands: an index entry left behind
+    /// must not pin the request buffer the key is a slice of).
+    key: Bytes,
     waiters: Vec<ReplyTo>,
     /// Answered or lost: takes no more waiters.
     landed: bool,
@@ -93,7 +96,6 @@ fn lock(flight: &Shared) -> MutexGuard<'_, Flight> {
 
 /// An open flight in the index, with the snapshot of its read.
 struct Open {
-    key: Bytes,
     tracking: Arc<Tracking>,
     generation: u64,
     epoch: u32,
@@ -142,16 +144,20 @@ pub fn lead(ticket: &Ticket, key: Bytes) -> Option<Lead> {
     INDEX.with(|index| {
         let mut index = index.borrow_mut();
         if let Some(old) = index.open.get(&hash) {
-            if old.key != key && !lock(&old.flight).landed {
+            let old = lock(&old.flight);
+            if old.key != key && !old.landed {
                 return None;
             }
         }
-        let flight = Shared::default();
+        let flight = Arc::new(Mutex::new(Flight {
+            key,
+            waiters: Vec::new(),
+            landed: false,
+        }));
         // A flight it replaces stays owed to its waiters by its own leader.
         index.open.insert(
             hash,
             Open {
-                key,
                 tracking: tracking.clone(),
                 generation,
                 epoch,
@@ -183,8 +189,7 @@ pub fn join(
         }
         let hash = super::hash(key);
         let open = index.open.get(&hash)?;
-        let same_snapshot = open.key == key
-            && Arc::ptr_eq(&open.tracking, tracking)
+        let same_snapshot = Arc::ptr_eq(&open.tracking, tracking)
             && tracking.current() == Some(open.generation)
             && near.epoch(hash) == open.epoch;
         if !same_snapshot {
@@ -197,7 +202,7 @@ pub fn join(
             index.open.remove(&hash);
             return None;
         }
-        if f.waiters.len() >= MAX_WAITERS {
+        if f.key != key || f.waiters.len() >= MAX_WAITERS {
             return None;
         }
         f.waiters.push(reply());
@@ -241,6 +246,7 @@ impl Lead {
         let waiters = {
             let mut f = lock(&self.flight);
             f.landed = true;
+            f.key = Bytes::new();
             std::mem::take(&mut f.waiters)
         };
         // Out of this thread's index if it is still there (it is unless
