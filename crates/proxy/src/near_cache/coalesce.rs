@@ -34,7 +34,12 @@
 //!   sequence number, exactly as a backend would: each waiting session
 //!   slots it in its own request order. A backend error (down, timeout,
 //!   connection lost) is handed on as it is, so each waiter answers the
-//!   same `SERVER_ERROR` the leader does.
+//!   same `SERVER_ERROR` the leader does. (Why hand on the reply rather
+//!   than park the waiter until the fill lands and look up again: a
+//!   session already takes every answer as a `(seq, part)` message on its
+//!   reply channel, so a waiter is one more such message and needs no new
+//!   wake-up path; and a reply that does not fill, a miss or an item with a
+//!   past TTL, still answers every waiter with one read.)
 //! * **A lost leader.** If the leader's request ends without a reply (its
 //!   client went away, its deadline passed), dropping the [`Lead`] tells
 //!   each waiter to send its own read ([`REDISPATCH`]). Every waiter also
