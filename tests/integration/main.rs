@@ -20,6 +20,7 @@ mod meta_capable;
 mod meta_stampede;
 mod migration;
 mod near_cache;
+mod near_cache_coalesce;
 mod near_cache_write_through;
 mod near_cache_zipf;
 mod observability;

@@ -49,6 +49,7 @@ impl Settings {
                 max_ttl: Duration::from_millis(config.near_cache.max_ttl_ms),
                 admit_reads: config.near_cache.admit_reads,
                 admit_window: Duration::from_millis(config.near_cache.admit_window_ms),
+                coalesce: config.near_cache.coalesce_misses,
             },
         }
     }

@@ -22,6 +22,13 @@ pub struct NearCacheConfig {
     /// (1 = on its first read).
     pub admit_reads: u32,
     pub admit_window_ms: u64,
+    /// A single-key get/gets that misses while a read of the same key
+    /// (same shard, nothing invalidated since it was sent) is in flight on
+    /// the same worker thread waits for that read's answer instead of
+    /// sending its own. On by default: the answer it gets is one it could
+    /// have got from its own read (the fill rule), and it only costs a map
+    /// insert per admitted miss.
+    pub coalesce_misses: bool,
 }
 
 impl Default for NearCacheConfig {
@@ -32,6 +39,7 @@ impl Default for NearCacheConfig {
             max_ttl_ms: 2_000,
             admit_reads: 2,
             admit_window_ms: 1_000,
+            coalesce_misses: true,
         }
     }
 }
@@ -80,6 +88,13 @@ mod tests {
         let c = load("").unwrap();
         assert!(!c.near_cache.enabled);
         assert_eq!(c.near_cache.max_ttl_ms, 2_000);
+        assert!(c.near_cache.coalesce_misses);
+        let off = load("[near_cache]\ncoalesce_misses = false\n").unwrap();
+        assert!(!off.near_cache.coalesce_misses);
+        assert!(
+            c.restart_required_changes(&off).is_empty(),
+            "hot-reloadable"
+        );
         let on = load("[near_cache]\nenabled = true\nmax_bytes = 4096\nadmit_reads = 1\n").unwrap();
         assert!(on.near_cache.enabled);
         for (bad, key) in [

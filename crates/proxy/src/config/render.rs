@@ -132,6 +132,7 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("max_ttl_ms", n.max_ttl_ms);
     o.raw("admit_reads", n.admit_reads);
     o.raw("admit_window_ms", n.admit_window_ms);
+    o.raw("coalesce_misses", n.coalesce_misses);
     o.0
 }
 

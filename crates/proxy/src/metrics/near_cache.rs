@@ -17,10 +17,11 @@ pub const NEAR_CACHE_EVICTIONS: &str = "memshift_near_cache_evictions_total";
 pub const NEAR_CACHE_INVALIDATIONS: &str = "memshift_near_cache_invalidations_total";
 pub const NEAR_CACHE_BYTES: &str = "memshift_near_cache_bytes";
 pub const NEAR_CACHE_ENTRIES: &str = "memshift_near_cache_entries";
+pub const NEAR_CACHE_COALESCED: &str = "memshift_near_cache_coalesced_total";
 
 /// Name, type, HELP of each family (appended to `FAMILIES` by the tests
 /// and the registry).
-pub const NEAR_CACHE_FAMILIES: [(&str, &str, &str); 7] = [
+pub const NEAR_CACHE_FAMILIES: [(&str, &str, &str); 8] = [
     (
         NEAR_CACHE_HITS,
         "counter",
@@ -52,6 +53,11 @@ pub const NEAR_CACHE_FAMILIES: [(&str, &str, &str); 7] = [
         "Bytes held by the near cache (keys, values, per-entry overhead).",
     ),
     (NEAR_CACHE_ENTRIES, "gauge", "Items held by the near cache."),
+    (
+        NEAR_CACHE_COALESCED,
+        "counter",
+        "get/gets reads answered by joining another read of the same key already in flight (coalesce_misses).",
+    ),
 ];
 
 /// The near cache's tallies (all 0 while it is off).
@@ -65,6 +71,7 @@ pub struct NearCacheMetrics {
     invalidations: [AtomicU64; 2],
     bytes: AtomicI64,
     entries: AtomicI64,
+    coalesced: AtomicU64,
 }
 
 /// A snapshot, for `stats` and tests.
@@ -78,6 +85,7 @@ pub struct NearCacheCounts {
     pub shard_drops: u64,
     pub bytes: u64,
     pub entries: u64,
+    pub coalesced: u64,
 }
 
 fn add(c: &AtomicU64) {
@@ -97,6 +105,11 @@ impl NearCacheMetrics {
 
     pub fn admission(&self) {
         add(&self.admissions);
+    }
+
+    /// `n` reads answered by joining another read.
+    pub fn coalesced(&self, n: usize) {
+        self.coalesced.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     pub fn eviction(&self) {
@@ -133,13 +146,14 @@ impl NearCacheMetrics {
             shard_drops: get(&self.invalidations[1]),
             bytes: size(&self.bytes),
             entries: size(&self.entries),
+            coalesced: get(&self.coalesced),
         }
     }
 
     /// Append the families in Prometheus text format.
     pub(super) fn render(&self, out: &mut String) {
         let c = self.counts();
-        let values: [(&str, &[(&str, u64)]); 7] = [
+        let values: [(&str, &[(&str, u64)]); 8] = [
             (NEAR_CACHE_HITS, &[("", c.hits)]),
             (NEAR_CACHE_MISSES, &[("", c.misses)]),
             (NEAR_CACHE_ADMISSIONS, &[("", c.admissions)]),
@@ -153,6 +167,7 @@ impl NearCacheMetrics {
             ),
             (NEAR_CACHE_BYTES, &[("", c.bytes)]),
             (NEAR_CACHE_ENTRIES, &[("", c.entries)]),
+            (NEAR_CACHE_COALESCED, &[("", c.coalesced)]),
         ];
         for ((name, kind, help), (_, series)) in NEAR_CACHE_FAMILIES.iter().zip(values) {
             let _ = writeln!(out, "# HELP {name} {help}");
@@ -175,5 +190,6 @@ impl NearCacheMetrics {
         reply::stat(out, "near_cache_shard_drops", c.shard_drops);
         reply::stat(out, "near_cache_bytes", c.bytes);
         reply::stat(out, "near_cache_entries", c.entries);
+        reply::stat(out, "near_cache_coalesced", c.coalesced);
     }
 }

@@ -52,12 +52,16 @@
 //!   touches it (entries are checked against the epochs when read), so it
 //!   needs no channel to every thread. The price: a hot key is cached
 //!   once per thread, and `max_bytes` is split evenly over the threads.
+//! * **Miss coalescing** ([`coalesce`]): concurrent single-key misses of
+//!   one key on one thread share one Redis read, under the same snapshot
+//!   rule as a fill.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::metrics::Metrics;
 
+pub mod coalesce;
 pub mod store;
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,9 @@ pub struct Limits {
     pub max_ttl: Duration,
     pub admit_reads: u32,
     pub admit_window: Duration,
+    /// Misses of a key already being read wait for that read
+    /// ([`super::coalesce`]).
+    pub coalesce: bool,
 }
 
 /// What a read remembers from when it was sent, to fill the cache with its
@@ -37,6 +40,13 @@ pub struct Ticket {
     hash: u64,
     epoch: u32,
     sent: Instant,
+}
+
+impl Ticket {
+    /// (tracking, generation, key hash, epoch) as of when the read was sent.
+    pub(super) fn snapshot(&self) -> (&Arc<Tracking>, u64, u64, u32) {
+        (&self.tracking, self.generation, self.hash, self.epoch)
+    }
 }
 
 /// A cached item, as `get`/`gets` answer it.

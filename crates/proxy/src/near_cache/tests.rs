@@ -25,6 +25,7 @@ fn limits(admit_reads: u32) -> Limits {
         max_ttl: Duration::from_secs(60),
         admit_reads,
         admit_window: Duration::from_secs(60),
+        coalesce: true,
     }
 }
 
@@ -239,4 +240,134 @@ fn a_write_through_entry_lives_no_longer_than_its_exptime() {
 fn ticket_after_admission(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
     assert!(matches!(lookup(n, t, key, l), Lookup::Miss(None)));
     ticket(n, t, key, l)
+}
+
+mod coalescing {
+    use tokio::sync::mpsc;
+
+    use super::super::coalesce::{self, indexed, join, lead, leave, REDISPATCH};
+    use super::*;
+    use crate::redis::{BackendReply, Reply, ReplyTo};
+
+    fn to(tx: &mpsc::UnboundedSender<BackendReply>, seq: u64) -> ReplyTo {
+        ReplyTo {
+            tx: tx.clone(),
+            seq,
+            part: 0,
+        }
+    }
+
+    #[test]
+    fn waiters_get_the_leaders_answer_once_each_and_the_flight_closes() {
+        let (n, t, l) = (near(), live(), limits(1));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let tk = ticket(&n, &t, b"hot", &l);
+        let lead = lead(&tk, Bytes::from_static(b"hot")).expect("leads");
+        for seq in 1..=3 {
+            assert!(join(&n, &t, b"hot", || to(&tx, seq)).is_some());
+        }
+        // Another key, another shard: never joined.
+        assert!(join(&n, &t, b"cold", || to(&tx, 9)).is_none());
+        assert!(join(&n, &live(), b"hot", || to(&tx, 9)).is_none());
+        let answer = Ok(Reply::Memcached(Bytes::from_static(b"x")));
+        for w in lead.land() {
+            coalesce::answer(w, &answer);
+        }
+        let mut seqs: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| {
+                assert_eq!((r.part, &r.result), (0, &answer));
+                r.seq
+            })
+            .collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(indexed(), 0);
+        assert!(join(&n, &t, b"hot", || to(&tx, 4)).is_none(), "closed");
+    }
+
+    #[test]
+    fn nothing_joins_a_read_sent_before_an_invalidation() {
+        let (n, t, l) = (near(), live(), limits(1));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let tk = ticket(&n, &t, b"k", &l);
+        let old = lead(&tk, Bytes::from_static(b"k")).expect("leads");
+        assert!(join(&n, &t, b"k", || to(&tx, 1)).is_some());
+        n.invalidate(b"k");
+        assert!(join(&n, &t, b"k", || to(&tx, 2)).is_none(), "epoch moved");
+        // A newer read opens its own flight; the old one still owes seq 1.
+        let tk = ticket(&n, &t, b"k", &l);
+        let new = lead(&tk, Bytes::from_static(b"k")).expect("leads");
+        assert!(join(&n, &t, b"k", || to(&tx, 3)).is_some());
+        assert_eq!(indexed(), 1);
+        t.drop_all();
+        assert!(
+            join(&n, &t, b"k", || to(&tx, 4)).is_none(),
+            "generation moved"
+        );
+        assert_eq!(old.land().iter().map(|w| w.seq).collect::<Vec<_>>(), [1]);
+        assert_eq!(new.land().iter().map(|w| w.seq).collect::<Vec<_>>(), [3]);
+        assert_eq!(indexed(), 0);
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_lost_leader_sends_its_waiters_to_read_for_themselves() {
+        let (n, t, l) = (near(), live(), limits(1));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let tk = ticket(&n, &t, b"k", &l);
+        let lead = lead(&tk, Bytes::from_static(b"k")).expect("leads");
+        let gone = join(&n, &t, b"k", || to(&tx, 1)).expect("joins");
+        let stays = join(&n, &t, b"k", || to(&tx, 2)).expect("joins");
+        assert!(leave(&gone, &tx, 1), "taken out");
+        assert!(!leave(&gone, &tx, 1), "only once");
+        drop(lead);
+        let r = rx.try_recv().expect("told");
+        assert_eq!((r.seq, r.part), (2, REDISPATCH));
+        assert!(rx.try_recv().is_err(), "seq 1 left: told nothing");
+        assert!(!leave(&stays, &tx, 2), "flight gone");
+        assert_eq!(indexed(), 0);
+    }
+
+    #[test]
+    fn a_full_flight_is_not_joined_and_another_key_with_its_hash_never_is() {
+        let (n, t, l) = (near(), live(), limits(1));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let tk = ticket(&n, &t, b"k", &l);
+        let _lead = lead(&tk, Bytes::from_static(b"k")).expect("leads");
+        for seq in 0..coalesce::MAX_WAITERS as u64 {
+            assert!(join(&n, &t, b"k", || to(&tx, seq)).is_some());
+        }
+        assert!(join(&n, &t, b"k", || to(&tx, 0)).is_none(), "full");
+        // Keys are compared, not just hashes: a different key's ticket
+        // with the same hash does not take over the flight.
+        assert!(lead(&tk, Bytes::from_static(b"other")).is_none());
+    }
+
+    #[test]
+    fn a_leader_landing_on_another_thread_still_answers_and_the_index_is_swept() {
+        let (n, t, l) = (near(), live(), limits(1));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let tk = ticket(&n, &t, b"k", &l);
+        let first = lead(&tk, Bytes::from_static(b"k")).expect("leads");
+        assert!(join(&n, &t, b"k", || to(&tx, 1)).is_some());
+        // The leader's task moved: it lands (or is dropped) elsewhere.
+        std::thread::spawn(move || drop(first))
+            .join()
+            .expect("thread");
+        assert_eq!(rx.try_recv().expect("told").part, REDISPATCH);
+        assert_eq!(indexed(), 1, "left in this thread's index");
+        assert!(join(&n, &t, b"k", || to(&tx, 2)).is_none(), "landed");
+        assert_eq!(indexed(), 0, "dropped by the join");
+        // Landed entries never pile up: swept as the index doubles.
+        for i in 0..5_000u32 {
+            let key = format!("s{i}");
+            let tk = ticket(&n, &t, key.as_bytes(), &l);
+            let moved = lead(&tk, Bytes::from(key)).expect("leads");
+            let waiters = std::thread::spawn(move || moved.land())
+                .join()
+                .expect("thread");
+            assert!(waiters.is_empty());
+        }
+        assert!(indexed() <= 2_100, "{} entries", indexed());
+    }
 }

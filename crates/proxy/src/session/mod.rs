@@ -131,6 +131,9 @@ pub struct Session {
     near_unordered: bool,
     /// `near_through` was just cleared: dispatch the input held back.
     near_resume: bool,
+    /// Near cache: reads of this session that joined another read
+    /// (`near_cache::coalesce`), at most; a write scans for them.
+    near_joined: u32,
     /// `near_cache` settings as of the last input (read once per batch,
     /// not per lookup).
     near_limits: crate::near_cache::store::Limits,
@@ -189,6 +192,7 @@ impl Session {
             near_through: false,
             near_unordered: false,
             near_resume: false,
+            near_joined: 0,
             near_limits,
             current_start: Instant::now(),
             replies: None,

@@ -77,6 +77,15 @@ pub(super) struct Retrieval {
     /// Near cache: (key index, item) of the keys it answered (multi-key
     /// get/gets; their slot's part is `NEAR_HIT`), in key order.
     pub near_hits: Vec<(u32, crate::near_cache::store::Hit)>,
+    /// Near cache, single-key get/gets: other misses of the key wait for
+    /// this read (see `near_cache::coalesce`).
+    pub near_lead: Option<crate::near_cache::coalesce::Lead>,
+    /// Near cache, single-key get/gets: this read waits for another one's
+    /// answer instead of being sent.
+    pub near_join: Option<crate::near_cache::coalesce::Joined>,
+    /// The answer already went through the near cache (a leader fills
+    /// before handing it to its waiters): not again when rendered.
+    pub near_observed: bool,
 }
 
 /// Where each key's answer is.

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::pending::{Op, Pending, Results};
 use super::{pool, Session, MAX_IN_FLIGHT_BYTES, MAX_WAITING};
+use crate::near_cache::coalesce;
 use crate::redis::{BackendError, BackendReply, ReplyTo};
 
 impl Session {
@@ -70,11 +71,18 @@ impl Session {
             return; // for a request that already timed out
         };
         let index = index as usize;
+        if reply.part == coalesce::REDISPATCH {
+            return self.near_redispatch(index);
+        }
         let Some(pending) = self.pending.get_mut(index) else {
             return;
         };
         let size = reply.result.as_ref().map_or(0, |r| r.size());
         self.reply_estimate = size.max(self.reply_estimate / 2);
+        if let (Op::Retrieval(r), true, 0) = (&mut pending.op, pending.waiting > 0, reply.part) {
+            // Other reads of the key may be waiting for this one.
+            super::cmd::land(r, &reply.result, &self.near_limits);
+        }
         if pending.waiting > 0 && pending.results.set(reply.part, reply.result) {
             pending.bytes += size;
             self.pending_bytes += size;

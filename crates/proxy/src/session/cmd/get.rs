@@ -88,6 +88,9 @@ impl Session {
             touch: touch.then_some(exptime),
             near_fill: Vec::new(),
             near_hits: Vec::new(),
+            near_lead: None,
+            near_join: None,
+            near_observed: false,
         };
 
         if retrieval.keys.len() == 1 {
@@ -100,6 +103,8 @@ impl Session {
             } else {
                 routes.route_read(key)
             };
+            // Waits for another read of the key instead of being sent.
+            let mut joined = false;
             match route.primary {
                 Target::Memcached { .. } => {
                     let _ = client::retrieval(&mut self.cmd_buf, command, exptime, [key]);
@@ -109,7 +114,14 @@ impl Session {
                     if touch {
                         translate::get_and_touch(&mut self.cmd_buf, key, expiry);
                     } else {
-                        match self.near_lookup(routes, shard, key) {
+                        let lookup = self.near_lookup(routes, shard, key);
+                        if let Lookup::Miss(_) = lookup {
+                            // Another read of the key is in flight: its answer.
+                            retrieval.near_join = self.near_join(routes, shard, key, seq);
+                            joined = retrieval.near_join.is_some();
+                        }
+                        match lookup {
+                            Lookup::Miss(_) if joined => {}
                             Lookup::Hit(hit) => {
                                 bump(&self.proxy.stats.get_hits);
                                 self.proxy.metrics.get_hit(Backend::Redis);
@@ -131,6 +143,8 @@ impl Session {
                                         ..translate::MetaGet::default()
                                     },
                                 );
+                                retrieval.near_lead =
+                                    self.near_lead(&ticket, retrieval.keys.raw(), key);
                                 retrieval.near_fill.push((0, ticket));
                             }
                             Lookup::Miss(None) => translate::get(&mut self.cmd_buf, key),
@@ -141,7 +155,9 @@ impl Session {
                     }
                 }
             }
-            self.send(routes, route.primary, ReplyShape::Values, seq, 0);
+            if !joined {
+                self.send(routes, route.primary, ReplyShape::Values, seq, 0);
+            }
             retrieval.compare =
                 !phase_is_redis && route.shadow.is_some() && !touch && migration.compare.sample();
             return (Op::Retrieval(retrieval), 1);
@@ -446,7 +462,9 @@ impl Session {
                 }
                 _ => None,
             };
-            if let (Some(frame), Some(_)) = (answered_by_redis, crate::near_cache::get()) {
+            if let (Some(frame), Some(_), false) =
+                (answered_by_redis, crate::near_cache::get(), r.near_observed)
+            {
                 let item = found.as_ref().map(|f| Hit {
                     flags: f.flags,
                     cas: f.cas,
@@ -582,7 +600,7 @@ pub(super) fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
     encoding::decode(value)
 }
 /// The PTTL of a meta_get script reply `{value, pttl}`.
-fn meta_get_pttl(frame: &Frame) -> Option<i64> {
+pub(super) fn meta_get_pttl(frame: &Frame) -> Option<i64> {
     match frame {
         Frame::Array(items) => match items.get(1) {
             Some(Frame::Integer(p)) => Some(*p),

@@ -32,6 +32,7 @@ use super::Session;
 use crate::router::{ReplyShape, Routes, Target};
 
 pub(super) use meta::MetaOp;
+pub(super) use near::land;
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
 const CMD_BUF_CHUNK: usize = 4 * 1024;

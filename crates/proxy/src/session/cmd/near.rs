@@ -4,7 +4,8 @@
 //! on the invalidation connection, and cache what they stored);
 //! `flush_all` drops every shard's entries; single-key get/gets look up
 //! before dispatch; their Redis answers drop older copies and fill the
-//! cache.
+//! cache. Single-key get/gets misses of a key already being read wait for
+//! that read (`near_cache::coalesce`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,16 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::reply;
 
+use super::super::pending::{Op, PartResult, Retrieval, OWN_REPLY};
 use super::super::Session;
-use crate::near_cache::store::{self, Hit, Lookup, Through, Ticket};
+use super::get::{meta_get_pttl, redis_item};
+use crate::near_cache::coalesce::{self, Joined, Lead};
+use crate::near_cache::store::{self, Hit, Limits, Lookup, Through, Ticket};
 use crate::near_cache::tracking::ThroughWrite;
 use crate::near_cache::Tracking;
-use crate::redis::translate::Expiry;
-use crate::router::Routes;
+use crate::redis::translate::{self, Expiry};
+use crate::redis::{BackendError, BackendReply, Reply};
+use crate::router::{ReplyShape, Routes, Target};
 
 impl Session {
     /// A write of `key` is being dispatched.
@@ -26,6 +31,119 @@ impl Session {
             let hash = crate::near_cache::hash(key);
             near.invalidate_hash(hash);
             self.near_written = Some(hash);
+            if self.near_joined > 0 {
+                self.near_overtake(hash);
+            }
+        }
+    }
+
+    /// A single-key get/gets of `key` (request `seq`) missed: join the read
+    /// of it in flight, if there is one it may share.
+    pub(super) fn near_join(
+        &mut self,
+        routes: &Routes,
+        shard: usize,
+        key: &[u8],
+        seq: u64,
+    ) -> Option<Joined> {
+        if !self.near_limits.coalesce {
+            return None;
+        }
+        let near = crate::near_cache::get()?;
+        let tracking = routes.redis().shards.get(shard)?.tracking.as_ref()?;
+        let joined = coalesce::join(near, tracking, key, || self.reply_to(seq, 0))?;
+        self.near_joined = self.near_joined.saturating_add(1);
+        Some(joined)
+    }
+
+    /// The admitted read of `key` (a slice of `raw`) that `ticket` stands
+    /// for is being sent: let other misses of the key wait for it.
+    pub(super) fn near_lead(&self, ticket: &Ticket, raw: &Bytes, key: &[u8]) -> Option<Lead> {
+        if !self.near_limits.coalesce {
+            return None;
+        }
+        coalesce::lead(ticket, raw.slice_ref(key))
+    }
+
+    /// A write of the key with `hash` is being dispatched while some of
+    /// this session's reads wait on other reads: those of that key leave
+    /// their flights and are sent now, ahead of the write (the read they
+    /// joined may reach Redis after it); see `near_cache::coalesce`.
+    fn near_overtake(&mut self, hash: u64) {
+        let Some(tx) = self.replies.as_ref().map(|c| c.tx.clone()) else {
+            self.near_joined = 0;
+            return;
+        };
+        let mut still = 0u32;
+        let mut own_reads = Vec::new();
+        for (i, pending) in self.pending.iter_mut().enumerate() {
+            let Op::Retrieval(r) = &mut pending.op else {
+                continue;
+            };
+            let Some(joined) = r.near_join.as_mut().filter(|_| pending.waiting > 0) else {
+                continue;
+            };
+            if joined.hash() != hash {
+                still += 1;
+            } else if coalesce::leave(joined, &tx, self.base_seq + i as u64) {
+                r.near_join = None;
+                own_reads.push(i);
+            } else {
+                joined.overtaken = true;
+                still += 1;
+            }
+        }
+        self.near_joined = still;
+        for i in own_reads {
+            self.near_read_own(i);
+        }
+    }
+
+    /// The read that request `index` joined was lost: read for itself,
+    /// unless this session wrote the key since (then it fails, as the read
+    /// it waited for did, rather than see its own later write).
+    pub(in crate::session) fn near_redispatch(&mut self, index: usize) {
+        let seq = self.base_seq + index as u64;
+        let Some(pending) = self.pending.get_mut(index) else {
+            return;
+        };
+        let Op::Retrieval(r) = &mut pending.op else {
+            return;
+        };
+        let Some(joined) = r.near_join.take().filter(|_| pending.waiting > 0) else {
+            return;
+        };
+        if joined.overtaken {
+            self.complete(BackendReply {
+                seq,
+                part: 0,
+                result: Err(BackendError::ConnectionLost),
+            });
+        } else {
+            self.near_read_own(index);
+        }
+    }
+
+    /// Send the plain read of single-key get/gets `index` (it had joined
+    /// another read).
+    fn near_read_own(&mut self, index: usize) {
+        let seq = self.base_seq + index as u64;
+        let routes = self.proxy.router.load();
+        let Some(Op::Retrieval(r)) = self.pending.get(index).map(|p| &p.op) else {
+            return;
+        };
+        let key = r.keys.iter().next().unwrap_or_default();
+        match routes.route_read(key).primary {
+            target @ Target::Redis { .. } => {
+                translate::get(&mut self.cmd_buf, key);
+                self.send(&routes, target, ReplyShape::Values, seq, 0);
+            }
+            // Its key moved to the memcached side meanwhile (a reload).
+            Target::Memcached { .. } => self.complete(BackendReply {
+                seq,
+                part: 0,
+                result: Err(BackendError::Unavailable),
+            }),
         }
     }
 
@@ -110,6 +228,43 @@ impl Session {
         if let Some(near) = crate::near_cache::get() {
             store::answered(near, ticket, key, item, pttl, &self.near_limits);
         }
+    }
+}
+
+/// The answer of a read other misses may be waiting for (`r.near_lead`)
+/// arrived: fill the near cache with it first (so no waiter's answer,
+/// observed before the leader's, refuses the fill), then send each waiter
+/// its copy, tagged with its own request.
+pub(in crate::session) fn land(r: &mut Retrieval, result: &PartResult, limits: &Limits) {
+    let Some(lead) = r.near_lead.take() else {
+        return;
+    };
+    let waiters = lead.land();
+    if waiters.is_empty() {
+        return;
+    }
+    if let Some(near) = crate::near_cache::get() {
+        if let (Ok(Reply::Redis(frame)), Some(key)) = (result, r.keys.iter().next()) {
+            let item = redis_item(frame, OWN_REPLY).map(|i| Hit {
+                flags: i.flags,
+                cas: i.cas,
+                data: i.data,
+            });
+            let ticket = r.near_fill.pop().map(|(_, t)| t);
+            store::answered(
+                near,
+                ticket,
+                key,
+                item.as_ref(),
+                meta_get_pttl(frame),
+                limits,
+            );
+            r.near_observed = true;
+        }
+        near.metrics.near_cache.coalesced(waiters.len());
+    }
+    for waiter in waiters {
+        coalesce::answer(waiter, result);
     }
 }
 
