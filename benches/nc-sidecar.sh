@@ -26,9 +26,16 @@ if [ -n "${NICE:-}" ] && [ -z "${MEMSHIFT_BENCH_SESSION:-}" ]; then
 fi
 [ -z "${NICE:-}" ] || echo "$NICE" >/proc/self/autogroup 2>/dev/null || true
 KEYS=${KEYS:-100000} RATIO=${RATIO:-90:10} DIST=${DIST:-zipf:0.99} CONNS=${CONNS:-50}
-DUR=${DUR:-10} ROUNDS=${ROUNDS:-3} NC_SETTINGS=${NC_SETTINGS:-admit_reads = 1\nmax_ttl_ms = 10000}
+DUR=${DUR:-10} ROUNDS=${ROUNDS:-3} NC_SETTINGS=${NC_SETTINGS:-"admit_reads = 1\nmax_ttl_ms = 10000"}
 B=$PWD/target/release; L=$B/memshift-load; W=$(mktemp -d)
-stop() { pkill -f "redis-server 127.0.0.1:1730"; pkill -f "memcached -p 17401"; pkill -f "memshift --config $W"; }
+# Stop this script's servers (and a previous run's), and wait until their
+# ports are free again.
+stop() {
+  local pat="redis-server 127.0.0.1:1730|memcached -p 17401|memshift --config /tmp/tmp\..*/memshift.toml"
+  pkill -f "$pat"
+  for _ in $(seq 50); do pgrep -f "$pat" >/dev/null || return 0; sleep 0.1; done
+}
+stop
 trap stop EXIT
 for p in 17301 17302 17303; do taskset -c 0 redis-server --bind 127.0.0.1 --port $p --save '' --appendonly no --daemonize yes --logfile $W/r$p.log; done
 taskset -c 1 memcached -p 17401 -U 0 -t 1 -u root -l 127.0.0.1 -m 1024 -d
@@ -47,6 +54,9 @@ T
 taskset -c 1 $B/memshift --config $W/memshift.toml >$W/memshift.log 2>&1 &
 sleep 1
 pid_mc=$(pgrep -f "memcached -p 17401"); pid_ms=$(pgrep -f "memshift --config $W")
+if [ -z "$pid_ms" ] || [ -z "$pid_mc" ]; then
+  echo "nc-sidecar.sh: memshift or memcached did not start:" >&2; cat "$W/memshift.log" >&2; exit 1
+fi
 pids_redis=$(pgrep -f "redis-server 127.0.0.1:1730" | tr '\n' ' ')
 # CPU ticks (utime + stime) of the given processes.
 ticks() { local s=0 p; for p in "$@"; do read -r -a f </proc/"$p"/stat; s=$((s + f[13] + f[14])); done; echo $s; }
