@@ -8,10 +8,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use memshift_tests::ops_support::wait_until;
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{
-    require_tools, run_with_timeout, Cluster, ClusterOptions, McClient, Memcached, Resp,
+    require_tools, run_with_timeout, Cluster, ClusterOptions, McClient, Memcached,
 };
 
 /// `(test name, status)` from lines like `ascii set      [pass]` (or
@@ -114,19 +113,7 @@ fn over_shards_with_near_cache() -> (u16, Box<dyn Fn() -> String>) {
         ..ClusterOptions::default()
     });
     for shard in &cluster.shards {
-        wait_until(
-            Duration::from_secs(20),
-            Duration::from_millis(20),
-            "the shard's invalidation connection (a RESP3 client)",
-            || {
-                let Resp::Bulk(Some(list)) = shard.cmd(&[b"CLIENT", b"LIST"]) else {
-                    return None;
-                };
-                String::from_utf8_lossy(&list)
-                    .contains(" resp=3")
-                    .then_some(())
-            },
-        );
+        shard.wait_tracking_clients(1);
     }
     let port = cluster.memshift.port();
     (

@@ -84,9 +84,7 @@ impl Pair {
     /// (RESP3 clients in `CLIENT LIST`).
     pub(crate) fn wait_tracking(&self) {
         for s in &self.shards {
-            wait_until(DELIVERY * 4, POLL * 10, "two tracking connections", || {
-                (tracking_ids(s).len() == 2).then_some(())
-            });
+            s.wait_tracking_clients(2);
         }
     }
 
@@ -114,18 +112,6 @@ impl Pair {
 }
 
 /// Ids of the RESP3 (tracking) clients of a shard.
-fn tracking_ids(s: &RedisServer) -> Vec<String> {
-    let Resp::Bulk(Some(list)) = s.cmd(&[b"CLIENT", b"LIST"]) else {
-        panic!("CLIENT LIST");
-    };
-    String::from_utf8_lossy(&list)
-        .lines()
-        .filter(|l| l.contains(" resp=3"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Poll B until `key` reads as `want`; the time it took.
 fn seen_by(c: &mut McClient, key: &str, want: Option<&[u8]>) -> Duration {
     let started = Instant::now();
@@ -254,7 +240,7 @@ fn near_cache_drops_a_shard_when_its_invalidation_connection_dies() {
         let shard = pair.shard_of(&key);
         // Kill every tracking connection of the shard, then write while
         // they are gone: no invalidation can be delivered for this write.
-        for id in tracking_ids(shard) {
+        for id in shard.tracking_client_ids() {
             shard.cmd(&[b"CLIENT", b"KILL", b"ID", id.as_bytes()]);
         }
         let item = encode_item(0, b"written-while-down");

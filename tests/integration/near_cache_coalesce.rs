@@ -73,19 +73,8 @@ fn start_with(timeout_ms: u64, threads: usize, server_extra: &str, redis_extra: 
     let (memshift, admin, _) =
         start_memshift_on_free_ports(|port, admin| memshift_config(port, admin, &addrs, &opts));
     // The invalidation connection is up: reads are admitted from now on.
-    wait_until(
-        Duration::from_secs(20),
-        Duration::from_millis(10),
-        "tracking",
-        || {
-            let Resp::Bulk(Some(list)) = shard.cmd(&[b"CLIENT", b"LIST"]) else {
-                return None;
-            };
-            String::from_utf8_lossy(&list)
-                .contains("resp=3")
-                .then_some(())
-        },
-    );
+    shard.wait_tracking_clients(1);
+
     Setup {
         memshift,
         admin,
@@ -191,6 +180,24 @@ fn connect(setup: &Setup, n: usize) -> Vec<McClient> {
     (0..n).map(|_| setup.memshift.client()).collect()
 }
 
+/// Replace `key` with `value` (uncached), send the herd, check every reply
+/// is the new value: the Redis reads and coalesced reads it cost.
+fn herd_round(
+    setup: &Setup,
+    admin: &mut McClient,
+    clients: &mut Vec<McClient>,
+    key: &str,
+    value: &str,
+) -> (u64, u64) {
+    replace(admin, key, value);
+    let (reads, joined) = (redis_reads(&setup.shard), coalesced(admin));
+    let want = format!("VALUE {key} 0 {}\r\n{value}\r\nEND\r\n", value.len());
+    for reply in herd(setup, clients, key) {
+        assert_eq!(reply, want, "{key} = {value}");
+    }
+    (redis_reads(&setup.shard) - reads, coalesced(admin) - joined)
+}
+
 #[test]
 fn near_cache_coalesce_a_herd_costs_one_read_and_off_costs_one_each() {
     if !require_tools("near_cache_coalesce_herd", &["redis-server"]) {
@@ -202,16 +209,7 @@ fn near_cache_coalesce_a_herd_costs_one_read_and_off_costs_one_each() {
     admin.set("herd", b"v0").expect("set");
     for round in 1..=3 {
         let value = format!("value-{round}");
-        replace(&mut admin, "herd", &value);
-        let (reads, joined) = (redis_reads(&setup.shard), coalesced(&mut admin));
-        let want = format!("VALUE herd 0 {}\r\n{value}\r\nEND\r\n", value.len());
-        for reply in herd(&setup, &mut clients, "herd") {
-            assert_eq!(reply, want, "round {round}");
-        }
-        let (reads, joined) = (
-            redis_reads(&setup.shard) - reads,
-            coalesced(&mut admin) - joined,
-        );
+        let (reads, joined) = herd_round(&setup, &mut admin, &mut clients, "herd", &value);
         println!("coalescing on, round {round}: {reads} Redis reads, {joined} coalesced");
         assert!(
             reads < HERD as u64 / 2,
@@ -243,15 +241,7 @@ fn near_cache_coalesce_a_herd_costs_one_read_and_off_costs_one_each() {
         "reload",
         || (metric(setup.admin, RELOADS_OK) > reloads).then_some(()),
     );
-    replace(&mut admin, "herd", "off");
-    let (reads, joined) = (redis_reads(&setup.shard), coalesced(&mut admin));
-    for reply in herd(&setup, &mut clients, "herd") {
-        assert_eq!(reply, "VALUE herd 0 3\r\noff\r\nEND\r\n");
-    }
-    let (reads, joined) = (
-        redis_reads(&setup.shard) - reads,
-        coalesced(&mut admin) - joined,
-    );
+    let (reads, joined) = herd_round(&setup, &mut admin, &mut clients, "herd", "off");
     println!("coalescing off: {reads} Redis reads, {joined} coalesced");
     assert_eq!(joined, 0, "coalesced while off");
     assert!(reads >= HERD as u64 / 2, "off: only {reads} Redis reads");
@@ -270,13 +260,7 @@ fn near_cache_coalesce_a_herd_on_two_threads() {
     admin.set("herd2", b"v0").expect("set");
     for round in 1..=5 {
         let value = format!("value-{round}");
-        replace(&mut admin, "herd2", &value);
-        let reads = redis_reads(&setup.shard);
-        let want = format!("VALUE herd2 0 {}\r\n{value}\r\nEND\r\n", value.len());
-        for reply in herd(&setup, &mut clients, "herd2") {
-            assert_eq!(reply, want, "round {round}");
-        }
-        let reads = redis_reads(&setup.shard) - reads;
+        let (reads, _) = herd_round(&setup, &mut admin, &mut clients, "herd2", &value);
         println!("two threads, round {round}: {reads} Redis reads");
         // One read per thread (and its inner GET), at most a few more.
         assert!(

@@ -253,6 +253,34 @@ impl RedisServer {
     pub fn log(&self) -> String {
         read_lossy(&self.log_path())
     }
+
+    /// Ids of the RESP3 clients: a memshift near cache's invalidation
+    /// connections (its data connections speak RESP2).
+    pub fn tracking_client_ids(&self) -> Vec<String> {
+        let Resp::Bulk(Some(list)) = self.cmd(&[b"CLIENT", b"LIST"]) else {
+            panic!("redis {}: CLIENT LIST", self.addr());
+        };
+        String::from_utf8_lossy(&list)
+            .lines()
+            .filter(|l| l.contains(" resp=3"))
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Wait (20 s at most) until `n` invalidation connections are up: a
+    /// near cache admits nothing of this shard before its own is.
+    pub fn wait_tracking_clients(&self, n: usize) {
+        crate::ops_support::wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(10),
+            &format!(
+                "{n} near-cache invalidation connection(s) on {}",
+                self.addr()
+            ),
+            || (self.tracking_client_ids().len() >= n).then_some(()),
+        );
+    }
 }
 
 impl Drop for RedisServer {

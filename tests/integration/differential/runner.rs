@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use memshift_tests::ops_support::{metric, wait_until};
+use memshift_tests::ops_support::metric;
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, McClient, Memcached, Unit};
 
@@ -280,19 +280,7 @@ pub(super) struct Mismatch {
 /// client): before that, nothing is cached.
 fn wait_tracking(shards: &[memshift_tests::RedisServer]) {
     for s in shards {
-        wait_until(
-            Duration::from_secs(20),
-            Duration::from_millis(10),
-            "tracking connection",
-            || {
-                let memshift_tests::Resp::Bulk(Some(list)) = s.cmd(&[b"CLIENT", b"LIST"]) else {
-                    return None;
-                };
-                String::from_utf8_lossy(&list)
-                    .contains(" resp=3")
-                    .then_some(())
-            },
-        );
+        s.wait_tracking_clients(1);
     }
 }
 

@@ -61,16 +61,7 @@ fn start() -> Pair {
     };
     // Both proxies' invalidation connections (RESP3 clients) on each shard.
     for s in &pair.shards {
-        wait_until(DELIVERY * 3, POLL * 10, "two tracking connections", || {
-            let Resp::Bulk(Some(list)) = s.cmd(&[b"CLIENT", b"LIST"]) else {
-                return None;
-            };
-            let n = String::from_utf8_lossy(&list)
-                .lines()
-                .filter(|l| l.contains(" resp=3"))
-                .count();
-            (n == 2).then_some(())
-        });
+        s.wait_tracking_clients(2);
     }
     pair
 }
