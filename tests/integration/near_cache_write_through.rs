@@ -245,12 +245,23 @@ fn near_cache_write_through_refused_set_leaves_no_entry() {
             Resp::Simple("OK".into())
         );
     };
+    let errors = format!(
+        "memshift_backend_errors_total{{backend=\"redis\",shard=\"{}\",kind=\"server\"}}",
+        shard.addr()
+    );
+    let errors_before = metric(pair.b_admin, &errors);
     config(b"1");
     let reply = set_flags(&mut b, key, 0, 0, b"refused");
     config(b"0");
     assert!(
         reply.starts_with("SERVER_ERROR"),
         "set over maxmemory: {reply:?}"
+    );
+    // The refusal counts against the shard, as on a data connection.
+    assert_eq!(
+        metric(pair.b_admin, &errors),
+        errors_before + 1.0,
+        "{errors}"
     );
     let before = metric(pair.b_admin, HITS);
     assert_eq!(b.get(key).expect("get").as_deref(), Some(&b"old"[..]));

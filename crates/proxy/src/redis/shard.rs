@@ -78,6 +78,7 @@ impl Shard {
                     settings.clone(),
                     tracking.clone(),
                     writes,
+                    metrics.clone(),
                 ));
                 (Some(tracking), Some(AbortOnDrop(task)))
             }

@@ -11,7 +11,10 @@
 //! event-loop cycle was this connection's own; any other write to the key
 //! (before it in another cycle, or after it in the same one: BCAST merges a
 //! cycle's writes of one key into one push) is still pushed. Replies come
-//! in order, between pushes; a write's reply goes to its session.
+//! in order, between pushes; a write's reply goes to its session. Like the
+//! data connections, it counts in the shard's `memshift_backend_errors_total`:
+//! an error reply to a set (`server`), and a lost connection with sets
+//! unanswered (`connection`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -23,6 +26,7 @@ use tokio::sync::mpsc;
 
 use super::connection::{open_stream, ConnectionSettings};
 use super::{BackendError, ReplyTo};
+use crate::metrics::{ErrorKind, ShardMetrics};
 use crate::near_cache::tracking::ThroughWrite;
 use crate::near_cache::Tracking;
 
@@ -41,11 +45,12 @@ pub async fn listen(
     settings: ConnectionSettings,
     tracking: std::sync::Arc<Tracking>,
     mut writes: Option<mpsc::UnboundedReceiver<ThroughWrite>>,
+    metrics: ShardMetrics,
 ) {
     let mut retry = RETRY_MIN;
     let mut logged = false;
     loop {
-        let (why, tracked) = session(&settings, &tracking, writes.as_mut()).await;
+        let (why, tracked) = session(&settings, &tracking, writes.as_mut(), &metrics).await;
         tracking.lost();
         // Sets queued while it was going down: not sent, answered now.
         fail_queued(writes.as_mut());
@@ -71,13 +76,27 @@ async fn session(
     settings: &ConnectionSettings,
     tracking: &Tracking,
     writes: Option<&mut mpsc::UnboundedReceiver<ThroughWrite>>,
+    metrics: &ShardMetrics,
 ) -> (String, bool) {
     let mut tracked = false;
     // Sets sent and not answered yet (`None`: a PING), failed if it ends.
     let mut awaiting: VecDeque<Option<ReplyTo>> = VecDeque::new();
-    let why = run(settings, tracking, &mut tracked, writes, &mut awaiting).await;
+    let why = run(
+        settings,
+        tracking,
+        &mut tracked,
+        writes,
+        &mut awaiting,
+        metrics,
+    )
+    .await;
+    let mut lost_sets = false;
     for reply in awaiting.into_iter().flatten() {
         reply.send(Err(BackendError::ConnectionLost));
+        lost_sets = true;
+    }
+    if lost_sets {
+        metrics.error(ErrorKind::Connection);
     }
     (why, tracked)
 }
@@ -96,6 +115,7 @@ async fn run(
     tracked: &mut bool,
     mut writes: Option<&mut mpsc::UnboundedReceiver<ThroughWrite>>,
     awaiting: &mut VecDeque<Option<ReplyTo>>,
+    metrics: &ShardMetrics,
 ) -> String {
     let stream = match tokio::time::timeout(settings.connect_timeout, open_stream(settings)).await {
         Ok(Ok(s)) => s,
@@ -154,7 +174,12 @@ async fn run(
                     }
                 }
                 frame => match awaiting.pop_front() {
-                    Some(Some(reply)) => reply.send(Ok(frame)),
+                    Some(Some(reply)) => {
+                        if matches!(frame, Frame::Error(_)) {
+                            metrics.error(ErrorKind::Server);
+                        }
+                        reply.send(Ok(frame));
+                    }
                     Some(None) => {
                         if let Frame::Error(e) = frame {
                             return String::from_utf8_lossy(&e).into_owned();
