@@ -180,6 +180,16 @@ fn connect(setup: &Setup, n: usize) -> Vec<McClient> {
     (0..n).map(|_| setup.memshift.client()).collect()
 }
 
+/// A memshift with `threads` worker threads (10 s timeouts), an admin
+/// client, the herd's connections, and `key` set.
+fn herd_setup(threads: usize, key: &str) -> (Setup, McClient, Vec<McClient>) {
+    let setup = start_with(10_000, threads, "", "");
+    let mut admin = setup.memshift.client();
+    let clients = connect(&setup, HERD);
+    admin.set(key, b"v0").expect("set");
+    (setup, admin, clients)
+}
+
 /// Replace `key` with `value` (uncached), send the herd, check every reply
 /// is the new value: the Redis reads and coalesced reads it cost.
 fn herd_round(
@@ -203,10 +213,7 @@ fn near_cache_coalesce_a_herd_costs_one_read_and_off_costs_one_each() {
     if !require_tools("near_cache_coalesce_herd", &["redis-server"]) {
         return;
     }
-    let setup = start(10_000);
-    let mut admin = setup.memshift.client();
-    let mut clients = connect(&setup, HERD);
-    admin.set("herd", b"v0").expect("set");
+    let (setup, mut admin, mut clients) = herd_setup(1, "herd");
     for round in 1..=3 {
         let value = format!("value-{round}");
         let (reads, joined) = herd_round(&setup, &mut admin, &mut clients, "herd", &value);
@@ -254,10 +261,7 @@ fn near_cache_coalesce_a_herd_on_two_threads() {
     }
     // Sessions move between worker threads: a leader may be answered on
     // another thread than the one its waiters joined on.
-    let setup = start_with(10_000, 2, "", "");
-    let mut admin = setup.memshift.client();
-    let mut clients = connect(&setup, HERD);
-    admin.set("herd2", b"v0").expect("set");
+    let (setup, mut admin, mut clients) = herd_setup(2, "herd2");
     for round in 1..=5 {
         let value = format!("value-{round}");
         let (reads, _) = herd_round(&setup, &mut admin, &mut clients, "herd2", &value);
