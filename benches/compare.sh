@@ -420,18 +420,7 @@ root_flag=()
 [ "$(id -u)" -eq 0 ] && root_flag=(-u root)
 PLACE=backend start memcached "$MC_PORT" memcached -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 1 -m 1024 -c "$MAXCONN" "${root_flag[@]}"
 
-cat >"$WORK/nutcracker.yml" <<EOF
-bench:
-  listen: 127.0.0.1:$NC_PORT
-  hash: fnv1a_64
-  distribution: ketama
-  timeout: 2000
-  preconnect: true
-  auto_eject_hosts: false
-  server_connections: 1
-  servers:
-    - 127.0.0.1:$MC_PORT:1
-EOF
+nutcracker_config "$WORK/nutcracker.yml" "$NC_PORT" "$MC_PORT"
 start twemproxy "$NC_PORT" nutcracker -c "$WORK/nutcracker.yml" -s "$NC_STATS" -a 127.0.0.1 \
     -p "$WORK/nutcracker.pid" -o "$OUT/twemproxy.log"
 

@@ -57,18 +57,7 @@ if [ "$SYSTEM" = twemproxy ]; then
     "${NI[@]}" taskset -c "$BACKEND_CPU" memcached -l 127.0.0.1 -p "$base" -U 0 -t 1 -m 1024 "${root_flag[@]}" &
     PIDS+=($!); BACKEND_PIDS+=($!)
     MP=$(( base + 1 ))
-    cat >"$W/nutcracker.yml" <<T
-bench:
-  listen: 127.0.0.1:$MP
-  hash: fnv1a_64
-  distribution: ketama
-  timeout: 2000
-  preconnect: true
-  auto_eject_hosts: false
-  server_connections: 1
-  servers:
-    - 127.0.0.1:$base:1
-T
+    nutcracker_config "$W/nutcracker.yml" "$MP" "$base"
     "${NI[@]}" taskset -c "$PROXY_CPU" nutcracker -c "$W/nutcracker.yml" -s $(( base + 2 )) -a 127.0.0.1 \
         -p "$W/nutcracker.pid" -o "$W/m.log" &
     MS=$!; PIDS+=($MS)

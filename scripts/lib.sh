@@ -55,3 +55,22 @@ wait_for_port() {
     done
     return 1
 }
+
+# Writes twemproxy's (nutcracker's) benchmark config to FILE: listen on
+# LISTEN_PORT, one connection to the one memcached on MEMCACHED_PORT, the
+# setup benches/compare.sh and benches/hop.sh both compare memshift with.
+nutcracker_config() {
+    local file=$1 listen_port=$2 memcached_port=$3
+    cat >"$file" <<EOC
+bench:
+  listen: 127.0.0.1:$listen_port
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 2000
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  servers:
+    - 127.0.0.1:$memcached_port:1
+EOC
+}
