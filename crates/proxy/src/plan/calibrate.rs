@@ -97,7 +97,8 @@ async fn write_and_measure(
     for (chunk_shapes, chunk_keys) in shapes.chunks(IN_FLIGHT).zip(keys.chunks(IN_FLIGHT)) {
         let mut writes = tokio::task::JoinSet::new();
         for (shape, key) in chunk_shapes.iter().zip(chunk_keys) {
-            let (backends, data, key, shape) = (backends.clone(), data.clone(), key.clone(), *shape);
+            let (backends, data, key, shape) =
+                (backends.clone(), data.clone(), key.clone(), *shape);
             writes.spawn(async move {
                 let len = usize::try_from(shape.data_len).unwrap_or(0).min(data.len());
                 let expiry = if shape.has_ttl {
@@ -106,7 +107,15 @@ async fn write_and_measure(
                     Expiry::Never
                 };
                 let mut buf = BytesMut::new();
-                translate::store(&mut buf, StorageCommand::Set, &key, 0, 1, &data[..len], expiry);
+                translate::store(
+                    &mut buf,
+                    StorageCommand::Set,
+                    &key,
+                    0,
+                    1,
+                    &data[..len],
+                    expiry,
+                );
                 call(&backends, &key, buf).await
             });
         }

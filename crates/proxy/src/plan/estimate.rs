@@ -104,7 +104,11 @@ pub fn key_bytes(key_len: u64) -> u64 {
 
 /// What one item adds to `used_memory`, the dicts' bucket arrays aside.
 pub fn item_bytes(item: &ItemShape, topology: Topology) -> u64 {
-    let expires = if item.has_ttl { jemalloc_class(DICT_ENTRY) } else { 0 };
+    let expires = if item.has_ttl {
+        jemalloc_class(DICT_ENTRY)
+    } else {
+        0
+    };
     value_bytes(item.stored_len()) + key_bytes(item.key_len) + topology.dict_entry() + expires
 }
 
@@ -115,13 +119,23 @@ pub fn memory_usage_blind_spot(has_ttl: bool, topology: Topology) -> u64 {
         Topology::Standalone => DICT_ENTRY,
         Topology::Cluster => DICT_ENTRY + CLUSTER_ENTRY_METADATA,
     };
-    let expires = if has_ttl { jemalloc_class(DICT_ENTRY) } else { 0 };
+    let expires = if has_ttl {
+        jemalloc_class(DICT_ENTRY)
+    } else {
+        0
+    };
     topology.dict_entry() - counted + expires
 }
 
 /// The bucket arrays of one shard's key space and expires dict.
 pub fn shard_table_bytes(keys: u64, keys_with_ttl: u64) -> u64 {
-    let table = |n: u64| if n == 0 { 0 } else { BUCKET * n.next_power_of_two() };
+    let table = |n: u64| {
+        if n == 0 {
+            0
+        } else {
+            BUCKET * n.next_power_of_two()
+        }
+    };
     table(keys) + table(keys_with_ttl)
 }
 

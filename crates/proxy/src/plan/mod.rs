@@ -31,8 +31,8 @@ use crate::config::{Config, RedisMode};
 use crate::metrics::Metrics;
 use crate::router::RedisBackends;
 use estimate::{ItemShape, Moments, Topology};
-pub use recommend::{parse_percent, parse_size};
 use recommend::Weighted;
+pub use recommend::{parse_percent, parse_size};
 use report::{Bucket, PlanReport, PrefixReport, ServerReport};
 
 pub const DEFAULT_NODE_MEMORY: u64 = 16 << 30;
@@ -164,7 +164,11 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
     for m in &measured {
         moments.add(m.bytes);
     }
-    let items = walked.items;
+    // The crawler passes over items moving between LRU queues while it
+    // walks (a read bumps them): the servers' own count, less what the walk
+    // found expired, is the better population when it is larger.
+    let counted = stats.iter().map(pool::ServerStats::items).sum::<u64>();
+    let items = walked.items.max(counted.saturating_sub(walked.expired));
     let ttl_fraction = walked.with_ttl as f64 / items.max(1) as f64;
     let weighted: Vec<Weighted<'_>> = measured
         .iter()
@@ -242,6 +246,7 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
             })
             .collect(),
         items,
+        items_listed: walked.items,
         items_with_ttl: walked.with_ttl,
         expired_listed: walked.expired,
         walk_seconds: walked.seconds,
@@ -266,7 +271,7 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
         most_loaded_shard_share: fleet.max_share,
         most_loaded_shard_key_share: fleet.max_key_share,
         ttl_histogram: buckets(&walk::TTL_BOUNDS, &walked.ttl_histogram),
-        items_without_ttl: items - walked.with_ttl,
+        items_without_ttl: walked.items - walked.with_ttl,
         last_access_histogram: buckets(&walk::IDLE_BOUNDS, &walked.idle_histogram),
         prefix_delimiter: char::from(delimiter).to_string(),
         top_prefixes,
@@ -357,7 +362,8 @@ async fn calibrate_on_redis(
         return Err("no Redis shard configured".into());
     }
     let metrics = Metrics::new();
-    let backends = Arc::new(RedisBackends::start(config, None, &metrics).map_err(|e| e.to_string())?);
+    let backends =
+        Arc::new(RedisBackends::start(config, None, &metrics).map_err(|e| e.to_string())?);
     let deadline = Instant::now() + REDIS_WAIT;
     while !backends.shards.iter().all(|s| s.is_up()) {
         if Instant::now() >= deadline {
@@ -414,7 +420,10 @@ mod tests {
             })
         );
         for (args, option) in [
-            (&["plan", "-c", "a", "--node-memory", "lots"][..], "--node-memory"),
+            (
+                &["plan", "-c", "a", "--node-memory", "lots"][..],
+                "--node-memory",
+            ),
             (&["plan", "-c", "a", "--headroom", "99%"][..], "--headroom"),
             (&["plan", "-c", "a", "--sample", "0"][..], "--sample"),
         ] {

@@ -161,9 +161,7 @@ impl McConn {
                         return Ok(());
                     }
                     Ok(None) => break,
-                    Ok(Some(_)) | Err(_) => {
-                        return Err(self.not_memcached(&self.buf[used_total..]))
-                    }
+                    Ok(Some(_)) | Err(_) => return Err(self.not_memcached(&self.buf[used_total..])),
                 }
             }
             let _ = self.buf.split_to(used_total);

@@ -99,23 +99,15 @@ pub fn prefix_of(key: &[u8], delimiter: u8) -> String {
 }
 
 /// The `top` prefixes by bytes: (prefix, sampled items, sampled bytes).
-pub fn top_prefixes(
-    items: &[Weighted<'_>],
-    delimiter: u8,
-    top: usize,
-) -> Vec<(String, u64, f64)> {
+pub fn top_prefixes(items: &[Weighted<'_>], delimiter: u8, top: usize) -> Vec<(String, u64, f64)> {
     let mut by_prefix: HashMap<String, (u64, f64)> = HashMap::new();
     for item in items {
-        let e = by_prefix
-            .entry(prefix_of(item.key, delimiter))
-            .or_default();
+        let e = by_prefix.entry(prefix_of(item.key, delimiter)).or_default();
         e.0 += 1;
         e.1 += item.bytes;
     }
-    let mut list: Vec<(String, u64, f64)> = by_prefix
-        .into_iter()
-        .map(|(p, (n, b))| (p, n, b))
-        .collect();
+    let mut list: Vec<(String, u64, f64)> =
+        by_prefix.into_iter().map(|(p, (n, b))| (p, n, b)).collect();
     list.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
     list.truncate(top);
     list
@@ -182,7 +174,10 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..10).map(|i| format!("a:{i}").into_bytes()).collect();
         let mut items: Vec<Weighted<'_>> = keys
             .iter()
-            .map(|k| Weighted { key: k, bytes: 10.0 })
+            .map(|k| Weighted {
+                key: k,
+                bytes: 10.0,
+            })
             .collect();
         items.push(Weighted {
             key: b"big:1",

@@ -74,7 +74,14 @@ impl SplitMix {
 
 impl Walk {
     /// Count one listed entry and offer it to the reservoir.
-    fn add(&mut self, server: usize, entry: DumpEntry, now: i64, capacity: usize, rng: &mut SplitMix) {
+    fn add(
+        &mut self,
+        server: usize,
+        entry: DumpEntry,
+        now: i64,
+        capacity: usize,
+        rng: &mut SplitMix,
+    ) {
         if entry.exp >= 0 && entry.exp <= now {
             self.expired += 1;
             return;
