@@ -125,6 +125,7 @@ fn plan_matches_copy(
     );
     let plan: serde_json::Value = serde_json::from_str(out.stdout.trim())
         .unwrap_or_else(|e| panic!("plan --json is not one JSON object ({e}): {}", out.stdout));
+    // All of them (nothing reads the pool while it is walked).
     assert_eq!(json_u64(&plan, "items"), count as u64, "{plan}");
     assert!(json_u64(&plan, "recommended_nodes") >= 1, "{plan}");
     let estimated = json_u64(&plan, "estimated_redis_bytes") as f64;
@@ -325,7 +326,12 @@ fn plan_walks_a_million_items_gently() {
     let out = out.expect("plan ran");
     assert!(out.status.success(), "{}", out.stderr);
     let plan: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("json");
-    assert_eq!(json_u64(&plan, "items"), ITEMS as u64);
+    // The crawler passes over items a reader moves between LRU queues.
+    let listed = json_u64(&plan, "items");
+    assert!(
+        listed <= ITEMS as u64 && listed >= ITEMS as u64 * 99 / 100,
+        "{listed}"
+    );
     let (idle99, busy99) = (quantile(&idle, 0.99), quantile(&busy, 0.99));
     eprintln!(
         "plan of {ITEMS} items: {took:?} (walk {}s); get latency p50/p99/max without plan {:?}/{:?}/{:?}, during plan {:?}/{:?}/{:?} ({} probes)",

@@ -164,11 +164,11 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
     for m in &measured {
         moments.add(m.bytes);
     }
-    // The crawler passes over items moving between LRU queues while it
-    // walks (a read bumps them): the servers' own count, less what the walk
-    // found expired, is the better population when it is larger.
-    let counted = stats.iter().map(pool::ServerStats::items).sum::<u64>();
-    let items = walked.items.max(counted.saturating_sub(walked.expired));
+    // The population is what the walk listed. `curr_items` is no better:
+    // it still counts flushed items, which the crawler skips; the crawler in
+    // turn passes over a few items moving between LRU queues while it walks
+    // (0.3% of a pool under reads, see docs/migration.md).
+    let items = walked.items;
     let ttl_fraction = walked.with_ttl as f64 / items.max(1) as f64;
     let weighted: Vec<Weighted<'_>> = measured
         .iter()
@@ -246,7 +246,6 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
             })
             .collect(),
         items,
-        items_listed: walked.items,
         items_with_ttl: walked.with_ttl,
         expired_listed: walked.expired,
         walk_seconds: walked.seconds,
@@ -271,7 +270,7 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
         most_loaded_shard_share: fleet.max_share,
         most_loaded_shard_key_share: fleet.max_key_share,
         ttl_histogram: buckets(&walk::TTL_BOUNDS, &walked.ttl_histogram),
-        items_without_ttl: walked.items - walked.with_ttl,
+        items_without_ttl: items - walked.with_ttl,
         last_access_histogram: buckets(&walk::IDLE_BOUNDS, &walked.idle_histogram),
         prefix_delimiter: char::from(delimiter).to_string(),
         top_prefixes,

@@ -37,12 +37,8 @@ pub struct PrefixReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanReport {
     pub servers: Vec<ServerReport>,
-    /// Live items: the population the estimate covers (the servers'
-    /// `curr_items` less the expired ones the walk found, or what the walk
-    /// listed when that is more).
+    /// Live items the walk listed: the population the estimate covers.
     pub items: u64,
-    /// Live items the walk listed.
-    pub items_listed: u64,
     pub items_with_ttl: u64,
     pub expired_listed: u64,
     pub walk_seconds: f64,
@@ -128,7 +124,7 @@ impl fmt::Display for PlanReport {
         let _ = writeln!(
             o,
             "  walk: {} live items listed ({} with a TTL, {} expired not yet reclaimed) in {:.1}s; {} sampled",
-            self.items_listed,
+            self.items,
             self.items_with_ttl,
             self.expired_listed,
             self.walk_seconds,
@@ -199,7 +195,7 @@ impl fmt::Display for PlanReport {
             "  {:>8}  {:>10} ({:.1}%)",
             "none",
             self.items_without_ttl,
-            percent(self.items_without_ttl, self.items_listed)
+            percent(self.items_without_ttl, self.items)
         );
         for b in &self.ttl_histogram {
             let _ = writeln!(
@@ -207,7 +203,7 @@ impl fmt::Display for PlanReport {
                 "  {:>8}  {:>10} ({:.1}%)",
                 b.bucket,
                 b.items,
-                percent(b.items, self.items_listed)
+                percent(b.items, self.items)
             );
         }
         let _ = writeln!(o, "\nLast access");
@@ -217,7 +213,7 @@ impl fmt::Display for PlanReport {
                 "  {:>8}  {:>10} ({:.1}%)",
                 b.bucket,
                 b.items,
-                percent(b.items, self.items_listed)
+                percent(b.items, self.items)
             );
         }
         let _ = writeln!(
