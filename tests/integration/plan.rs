@@ -9,7 +9,7 @@
 //! in Redis on a shared test box); 100,000 sessions of 4 KiB with one-hour
 //! TTLs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -76,6 +76,19 @@ fn fill(mc: &Memcached, count: usize, item: impl Fn(usize) -> LoadItem) {
     mc_settle(&mc.addr());
 }
 
+/// A config over `redis` and the pool `memcached` (phase warmup; the
+/// listen ports are never bound: `plan` and `copy` do not serve).
+fn write_config(dir: &Path, redis: &[String], memcached: &[String]) -> PathBuf {
+    let opts = MigrationOptions {
+        phase: "warmup".into(),
+        ..MigrationOptions::default()
+    };
+    let config = dir.join("plan.toml");
+    let toml = migration_config(free_port(), free_port(), redis, memcached, &opts);
+    std::fs::write(&config, toml).expect("write config");
+    config
+}
+
 fn json_u64(v: &serde_json::Value, field: &str) -> u64 {
     v[field]
         .as_u64()
@@ -101,14 +114,8 @@ fn plan_matches_copy(
     );
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("plan.toml");
     let redis: Vec<String> = shards.iter().map(RedisServer::addr).collect();
-    let opts = MigrationOptions {
-        phase: "warmup".into(),
-        ..MigrationOptions::default()
-    };
-    let toml = migration_config(free_port(), free_port(), &redis, &[mc.addr()], &opts);
-    std::fs::write(&config, toml).expect("write config");
+    let config = write_config(dir.path(), &redis, &[mc.addr()]);
 
     let plan_args: Vec<&str> = ["plan", "--json"].iter().chain(args).copied().collect();
     let out = memshift(&plan_args, &config, Duration::from_secs(120));
@@ -215,19 +222,7 @@ fn plan_fails_fast_on_a_dead_or_foreign_server() {
         (dead.as_str(), "unreachable"),
         (&redis.addr()[..], "is not a memcached server"),
     ] {
-        let config = dir.path().join("bad.toml");
-        let opts = MigrationOptions {
-            phase: "warmup".into(),
-            ..MigrationOptions::default()
-        };
-        let toml = migration_config(
-            free_port(),
-            free_port(),
-            &[redis.addr()],
-            &[server.to_owned()],
-            &opts,
-        );
-        std::fs::write(&config, toml).expect("write config");
+        let config = write_config(dir.path(), &[redis.addr()], &[server.to_owned()]);
         let started = Instant::now();
         let out = memshift(&["plan"], &config, Duration::from_secs(30));
         let took = started.elapsed();
@@ -297,19 +292,7 @@ fn plan_walks_a_million_items_gently() {
         data: vec![b'v'; 100],
     });
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("plan.toml");
-    let opts = MigrationOptions {
-        phase: "warmup".into(),
-        ..MigrationOptions::default()
-    };
-    let toml = migration_config(
-        free_port(),
-        free_port(),
-        &[redis.addr()],
-        &[mc.addr()],
-        &opts,
-    );
-    std::fs::write(&config, toml).expect("write config");
+    let config = write_config(dir.path(), &[redis.addr()], &[mc.addr()]);
 
     let idle = probe_latency(&mc, ITEMS, || std::thread::sleep(Duration::from_secs(5)));
     let mut took = Duration::ZERO;

@@ -192,7 +192,7 @@ impl McConn {
         let mut out = Vec::with_capacity(keys.len());
         let mut cmd = Vec::with_capacity(LOOKUP_BATCH * 64);
         for batch in keys.chunks(LOOKUP_BATCH) {
-            super::walk::pace(rate, started, out.len() as u64).await;
+            crate::copy::pace(rate, started, out.len() as u64).await;
             cmd.clear();
             for key in batch {
                 encode_meta_size(&mut cmd, key);

@@ -104,6 +104,11 @@ fn percent(part: u64, whole: u64) -> f64 {
     }
 }
 
+fn histogram_line(o: &mut String, label: &str, items: u64, total: u64) {
+    let share = percent(items, total);
+    let _ = writeln!(o, "  {label:>8}  {items:>10} ({share:.1}%)");
+}
+
 impl fmt::Display for PlanReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut o = String::new();
@@ -190,31 +195,13 @@ impl fmt::Display for PlanReport {
             o,
             "\nTTL left (how fast an unwarmed Redis would fill: items that expire soon need no copy)"
         );
-        let _ = writeln!(
-            o,
-            "  {:>8}  {:>10} ({:.1}%)",
-            "none",
-            self.items_without_ttl,
-            percent(self.items_without_ttl, self.items)
-        );
+        histogram_line(&mut o, "none", self.items_without_ttl, self.items);
         for b in &self.ttl_histogram {
-            let _ = writeln!(
-                o,
-                "  {:>8}  {:>10} ({:.1}%)",
-                b.bucket,
-                b.items,
-                percent(b.items, self.items)
-            );
+            histogram_line(&mut o, b.bucket, b.items, self.items);
         }
         let _ = writeln!(o, "\nLast access");
         for b in &self.last_access_histogram {
-            let _ = writeln!(
-                o,
-                "  {:>8}  {:>10} ({:.1}%)",
-                b.bucket,
-                b.items,
-                percent(b.items, self.items)
-            );
+            histogram_line(&mut o, b.bucket, b.items, self.items);
         }
         let _ = writeln!(
             o,

@@ -138,7 +138,7 @@ pub async fn walk(
     settings.connect_timeout = super::pool::DEADLINE;
     let mut last_progress = Instant::now();
     for (server, addr) in servers.iter().enumerate() {
-        let now = unix_now();
+        let now = i64::try_from(memshift_shadow::unix_now()).unwrap_or(i64::MAX);
         metadump_paced(addr, settings, rate, |entry| {
             walk.add(server, entry, now, capacity, &mut rng);
             if last_progress.elapsed() >= PROGRESS_EVERY {
@@ -168,22 +168,6 @@ pub async fn walk(
         walk.expired
     );
     Ok(walk)
-}
-
-/// `--rate`: wait until item `n` (from 0) may start, no earlier than
-/// `n / rate` seconds after `started`.
-pub async fn pace(rate: Option<u64>, started: Instant, n: u64) {
-    if let Some(rate) = rate.filter(|r| *r > 0) {
-        let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
-        tokio::time::sleep_until(due.into()).await;
-    }
-}
-
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
