@@ -208,6 +208,38 @@ fn plan_sessions_with_ttls() {
     });
 }
 
+/// Without a reachable Redis there is no calibrated figure: `null`, the
+/// reason, and the formula's estimate still there; exit 0.
+#[test]
+fn plan_without_redis_reports_the_formula_only() {
+    if !tools("plan_without_redis_reports_the_formula_only") {
+        return;
+    }
+    let mc = Memcached::start();
+    fill(&mc, 1_000, |i| LoadItem {
+        key: format!("k:{i}"),
+        flags: 0,
+        exptime: 0,
+        data: vec![b'v'; 100],
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dead_redis = format!("127.0.0.1:{}", free_port());
+    let config = write_config(dir.path(), &[dead_redis], &[mc.addr()]);
+    let out = memshift(&["plan", "--json"], &config, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let plan: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    assert!(plan["calibrated_redis_bytes"].is_null(), "{plan}");
+    assert_eq!(plan["calibration_skipped"], "Redis not reachable", "{plan}");
+    assert_eq!(json_u64(&plan, "items"), 1_000);
+    // 100-byte values under keys of 3 to 5 bytes: value 16 + 128, key 8,
+    // dict entry 32; plus the 1,024-bucket table.
+    assert_eq!(
+        json_u64(&plan, "estimated_redis_bytes"),
+        1_000 * 184 + 8 * 1_024
+    );
+    assert_eq!(json_u64(&plan, "recommended_nodes"), 1);
+}
+
 /// A closed port, and a Redis where memcached should be: one line on
 /// stderr, exit 1, within the 2 s deadline (and then some for a busy box).
 #[test]
