@@ -33,7 +33,7 @@ use crate::router::RedisBackends;
 use estimate::{ItemShape, Moments, Topology};
 use recommend::Weighted;
 pub use recommend::{parse_percent, parse_size};
-use report::{Bucket, PlanReport, PrefixReport, ServerReport};
+use report::{Bucket, PlanReport, PrefixReport};
 
 pub const DEFAULT_NODE_MEMORY: u64 = 16 << 30;
 pub const DEFAULT_HEADROOM_PERCENT: u8 = 25;
@@ -134,6 +134,19 @@ struct Measured {
     bytes: f64,
 }
 
+/// The figures computed from the sample.
+struct Figures {
+    items: u64,
+    mean: f64,
+    tables: u64,
+    estimated: f64,
+    ci95: f64,
+    calibration: Result<calibrate::Calibration, String>,
+    calibrated: Option<f64>,
+    sizing: f64,
+    fleet: recommend::Fleet,
+}
+
 /// Reads the pool, estimates, calibrates and recommends.
 pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, PlanError> {
     let servers: Vec<String> = config
@@ -154,14 +167,26 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
     let seed = crate::proxy::random_seed();
     let rate = Some(options.rate);
     let walked = walk::walk(&servers, options.sample, rate, seed).await?;
-
     let topology = match config.redis.mode {
         RedisMode::Cluster => Topology::Cluster,
         _ => Topology::Standalone,
     };
     let measured = measure_sample(&mut conns, &walked.sample, rate, topology).await?;
+    let figures = figures(config, options, &walked, &measured, topology, seed).await;
+    Ok(report(config, options, &stats, &walked, &measured, figures))
+}
+
+/// Extrapolation, calibration and the fleet.
+async fn figures(
+    config: &Config,
+    options: PlanOptions,
+    walked: &walk::Walk,
+    measured: &[Measured],
+    topology: Topology,
+    seed: u64,
+) -> Figures {
     let mut moments = Moments::default();
-    for m in &measured {
+    for m in measured {
         moments.add(m.bytes);
     }
     // The population is what the walk listed. `curr_items` is no better:
@@ -170,49 +195,70 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
     // (0.3% of a pool under reads, see docs/migration.md).
     let items = walked.items;
     let ttl_fraction = walked.with_ttl as f64 / items.max(1) as f64;
-    let weighted: Vec<Weighted<'_>> = measured
-        .iter()
-        .map(|m| Weighted {
-            key: &m.key,
-            bytes: m.bytes,
-        })
-        .collect();
-    let tables = table_bytes(config, items, ttl_fraction, &weighted);
+    let tables = table_bytes(config, items, ttl_fraction, &weighted(measured, 1.0));
     let per_items = moments.mean() * items as f64;
-    let estimated = per_items + tables as f64;
     let ci95 = moments.total_ci95(items);
 
-    let shapes = calibration_shapes(&measured);
+    let shapes = calibration_shapes(measured);
     let calibration = if shapes.is_empty() {
         Err("no sampled items".to_owned())
     } else {
         calibrate_on_redis(config, &shapes, topology, seed).await
     };
-    let ratio = calibration.as_ref().ok().map(|c| c.ratio);
-    let calibrated = ratio.map(|r| per_items * r + tables as f64);
-    let sizing = calibrated.unwrap_or(estimated) + ci95 * ratio.unwrap_or(1.0);
-    let scaled: Vec<Weighted<'_>> = weighted
-        .iter()
-        .map(|w| Weighted {
-            key: w.key,
-            bytes: w.bytes * ratio.unwrap_or(1.0),
-        })
-        .collect();
+    let ratio = calibration.as_ref().map_or(1.0, |c| c.ratio);
+    let calibrated = calibration
+        .as_ref()
+        .ok()
+        .map(|c| per_items * c.ratio + tables as f64);
+    let estimated = per_items + tables as f64;
+    let sizing = calibrated.unwrap_or(estimated) + ci95 * ratio;
     let fleet = recommend::fleet(
         sizing,
         options.node_memory,
         f64::from(options.headroom_percent) / 100.0,
         config.ring_config(),
-        &scaled,
+        &weighted(measured, ratio),
     );
+    Figures {
+        items,
+        mean: moments.mean(),
+        tables,
+        estimated,
+        ci95,
+        calibration,
+        calibrated,
+        sizing,
+        fleet,
+    }
+}
 
-    let scale = items as f64 / measured.len().max(1) as f64;
+/// The sampled items with their bytes times `ratio`, for placement.
+fn weighted(measured: &[Measured], ratio: f64) -> Vec<Weighted<'_>> {
+    measured
+        .iter()
+        .map(|m| Weighted {
+            key: &m.key,
+            bytes: m.bytes * ratio,
+        })
+        .collect()
+}
+
+fn report(
+    config: &Config,
+    options: PlanOptions,
+    stats: &[pool::ServerStats],
+    walked: &walk::Walk,
+    measured: &[Measured],
+    f: Figures,
+) -> PlanReport {
+    let ratio = f.calibration.as_ref().map_or(1.0, |c| c.ratio);
+    let scale = f.items as f64 / measured.len().max(1) as f64;
     let delimiter = stats
         .first()
         .and_then(|s| s.get("stat_key_prefix"))
         .and_then(|p| p.bytes().next())
         .unwrap_or(b':');
-    let top_prefixes = recommend::top_prefixes(&scaled, delimiter, TOP_PREFIXES)
+    let top_prefixes = recommend::top_prefixes(&weighted(measured, ratio), delimiter, TOP_PREFIXES)
         .into_iter()
         .map(|(prefix, n, bytes)| PrefixReport {
             prefix,
@@ -230,22 +276,10 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
             m.shape.data_len as usize > limits.max_data_len(m.shape.key_len as usize, m.flags)
         })
         .collect();
-
     let sum = |f: fn(&pool::ServerStats) -> u64| stats.iter().map(f).sum::<u64>();
-    Ok(PlanReport {
-        servers: stats
-            .iter()
-            .map(|s| ServerReport {
-                addr: s.addr.clone(),
-                version: s.get("version").unwrap_or("?").to_owned(),
-                curr_items: s.items(),
-                limit_bytes: s.num("limit_maxbytes"),
-                item_bytes: s.num("bytes"),
-                malloced_bytes: s.num("total_malloced"),
-                slab_waste_bytes: s.slab_waste(),
-            })
-            .collect(),
-        items,
+    PlanReport {
+        servers: stats.iter().map(pool::ServerStats::report).collect(),
+        items: f.items,
         items_with_ttl: walked.with_ttl,
         expired_listed: walked.expired,
         walk_seconds: walked.seconds,
@@ -254,23 +288,23 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
         memcached_malloced_bytes: sum(|s| s.num("total_malloced")),
         memcached_limit_bytes: sum(|s| s.num("limit_maxbytes")),
         memcached_slab_waste_bytes: sum(pool::ServerStats::slab_waste),
-        estimated_redis_bytes: estimated.round() as u64,
-        estimated_ci95_bytes: ci95.round() as u64,
-        mean_item_bytes: moments.mean(),
-        table_bytes: tables,
-        calibrated_redis_bytes: calibrated.map(|c| c.round() as u64),
-        calibration_ratio: ratio,
-        calibration_items: calibration.as_ref().map_or(0, |c| c.items as u64),
-        calibration_skipped: calibration.err(),
-        sizing_bytes: sizing.round() as u64,
+        estimated_redis_bytes: f.estimated.round() as u64,
+        estimated_ci95_bytes: f.ci95.round() as u64,
+        mean_item_bytes: f.mean,
+        table_bytes: f.tables,
+        calibrated_redis_bytes: f.calibrated.map(|c| c.round() as u64),
+        calibration_ratio: f.calibration.as_ref().ok().map(|c| c.ratio),
+        calibration_items: f.calibration.as_ref().map_or(0, |c| c.items as u64),
+        calibration_skipped: f.calibration.err(),
+        sizing_bytes: f.sizing.round() as u64,
         node_memory_bytes: options.node_memory,
         headroom_percent: f64::from(options.headroom_percent),
-        recommended_nodes: fleet.nodes,
-        maxmemory_bytes: fleet.maxmemory,
-        most_loaded_shard_share: fleet.max_share,
-        most_loaded_shard_key_share: fleet.max_key_share,
+        recommended_nodes: f.fleet.nodes,
+        maxmemory_bytes: f.fleet.maxmemory,
+        most_loaded_shard_share: f.fleet.max_share,
+        most_loaded_shard_key_share: f.fleet.max_key_share,
         ttl_histogram: buckets(&walk::TTL_BOUNDS, &walked.ttl_histogram),
-        items_without_ttl: items - walked.with_ttl,
+        items_without_ttl: f.items - walked.with_ttl,
         last_access_histogram: buckets(&walk::IDLE_BOUNDS, &walked.idle_histogram),
         prefix_delimiter: char::from(delimiter).to_string(),
         top_prefixes,
@@ -280,7 +314,7 @@ pub async fn plan(config: &Config, options: PlanOptions) -> Result<PlanReport, P
             .take(5)
             .map(|m| String::from_utf8_lossy(&m.key).into_owned())
             .collect(),
-    })
+    }
 }
 
 fn buckets(bounds: &[(u64, &'static str)], counts: &[u64]) -> Vec<Bucket> {

@@ -11,6 +11,7 @@ use memshift_protocol::memcache::client::{parse_reply, MetaStatus, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::report::ServerReport;
 use super::PlanError;
 
 /// Connect and per-reply deadline: `plan` fails fast on a server that is
@@ -55,6 +56,19 @@ impl ServerStats {
             }
         }
         used.saturating_sub(requested)
+    }
+
+    /// This server's lines of the report.
+    pub fn report(&self) -> ServerReport {
+        ServerReport {
+            addr: self.addr.clone(),
+            version: self.get("version").unwrap_or("?").to_owned(),
+            curr_items: self.items(),
+            limit_bytes: self.num("limit_maxbytes"),
+            item_bytes: self.num("bytes"),
+            malloced_bytes: self.num("total_malloced"),
+            slab_waste_bytes: self.slab_waste(),
+        }
     }
 }
 
