@@ -81,6 +81,8 @@ pub enum PlanError {
     Unreachable { addr: String, reason: String },
     #[error("{addr} is not a memcached server (it answered {answer:?})")]
     NotMemcached { addr: String, answer: String },
+    #[error("memcached {addr} sent an unexpected reply: {reply:?}")]
+    BadReply { addr: String, reply: String },
     #[error("lru_crawler metadump on {addr} failed: {reason}")]
     Walk { addr: String, reason: String },
     #[error("{0}")]

@@ -86,6 +86,8 @@ pub struct McConn {
     addr: String,
     stream: TcpStream,
     buf: BytesMut,
+    /// Answered `stats` like memcached: later trouble is not a wrong port.
+    verified: bool,
 }
 
 impl McConn {
@@ -104,16 +106,31 @@ impl McConn {
             addr: addr.to_owned(),
             stream,
             buf: BytesMut::with_capacity(64 * 1024),
+            verified: false,
         })
     }
 
+    /// An answer that is not what memcached sends: a foreign server before
+    /// `stats` succeeded, a broken reply after.
     fn not_memcached(&self, answer: &[u8]) -> PlanError {
         let line = answer.split(|&b| b == b'\n').next().unwrap_or_default();
         let mut shown = String::from_utf8_lossy(line).trim_end().to_owned();
         shown.truncate(80);
-        PlanError::NotMemcached {
+        let addr = self.addr.clone();
+        if self.verified {
+            PlanError::BadReply { addr, reply: shown }
+        } else {
+            PlanError::NotMemcached {
+                addr,
+                answer: shown,
+            }
+        }
+    }
+
+    fn unreachable(&self, reason: String) -> PlanError {
+        PlanError::Unreachable {
             addr: self.addr.clone(),
-            answer: shown,
+            reason,
         }
     }
 
@@ -122,17 +139,14 @@ impl McConn {
         self.buf.reserve(16 * 1024);
         let read = tokio::time::timeout(DEADLINE, self.stream.read_buf(&mut self.buf)).await;
         match read {
-            Ok(Ok(0)) if self.buf.is_empty() => Err(self.not_memcached(b"(closed the connection)")),
-            Ok(Ok(0)) => Err(self.not_memcached(&self.buf)),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(PlanError::Unreachable {
-                addr: self.addr.clone(),
-                reason: e.to_string(),
-            }),
-            Err(_) if self.buf.is_empty() => {
-                Err(self.not_memcached(b"(no answer to `stats` within 2s)"))
-            }
-            Err(_) => Err(self.not_memcached(&self.buf)),
+            Ok(Ok(n)) if n > 0 => Ok(()),
+            Ok(Err(e)) => Err(self.unreachable(e.to_string())),
+            // Closed or silent with part of a reply: that part is the answer.
+            _ if !self.buf.is_empty() => Err(self.not_memcached(&self.buf)),
+            Ok(_) if self.verified => Err(self.unreachable("closed the connection".into())),
+            Ok(_) => Err(self.not_memcached(b"(closed the connection)")),
+            Err(_) if self.verified => Err(self.unreachable("no answer within 2s".into())),
+            Err(_) => Err(self.not_memcached(b"(no answer to `stats` within 2s)")),
         }
     }
 
@@ -140,10 +154,7 @@ impl McConn {
         self.stream
             .write_all(bytes)
             .await
-            .map_err(|e| PlanError::Unreachable {
-                addr: self.addr.clone(),
-                reason: e.to_string(),
-            })
+            .map_err(|e| self.unreachable(e.to_string()))
     }
 
     /// `stats [family]`: the `STAT` lines up to `END`. Anything else (a
@@ -189,6 +200,7 @@ impl McConn {
         for family in ["", "settings", "slabs", "items"] {
             self.stats_family(family, &mut stats).await?;
         }
+        self.verified = true;
         Ok(ServerStats {
             addr: self.addr.clone(),
             stats,
