@@ -15,6 +15,7 @@ pub mod flush;
 pub mod health;
 pub mod metrics;
 pub mod near_cache;
+pub mod plan;
 pub mod proxy;
 pub mod redis;
 pub mod resp;
