@@ -110,7 +110,10 @@ fn walks_match(port: u16, plain: &RedisServer) {
     for proto in [2, 3] {
         let want = walks(plain.port(), proto);
         let got = walks(port, proto);
-        assert_eq!(got, want, "RESP{proto}: memshift's walks differ from plain Redis");
+        assert_eq!(
+            got, want,
+            "RESP{proto}: memshift's walks differ from plain Redis"
+        );
     }
     let want = cli_scan(plain.port());
     assert_eq!(want.len(), MATCHING);
@@ -129,7 +132,10 @@ fn scan_keys_randomkey_match_plain_redis() {
     fill(&mut m, Some(&mut cluster.memshift.client()));
     fill(&mut plain.client(), None);
     let sizes: Vec<i64> = cluster.shards.iter().map(RedisServer::dbsize).collect();
-    assert!(sizes.iter().all(|&n| n > 1000), "keys not spread: {sizes:?}");
+    assert!(
+        sizes.iter().all(|&n| n > 1000),
+        "keys not spread: {sizes:?}"
+    );
     walks_match(cluster.resp_port, &plain);
 
     // A leftover copy on a shard the ring does not place the key on (as a
@@ -146,7 +152,10 @@ fn scan_keys_randomkey_match_plain_redis() {
     );
     assert_eq!(cli_scan(cluster.resp_port).len(), MATCHING);
     let keys = m.cmd(&[b"KEYS", b"k:resp:0"]).expect("KEYS");
-    assert_eq!(keys, Resp::Array(Some(vec![Resp::Bulk(Some(b"k:resp:0".to_vec()))])));
+    assert_eq!(
+        keys,
+        Resp::Array(Some(vec![Resp::Bulk(Some(b"k:resp:0".to_vec()))]))
+    );
 }
 
 #[test]
@@ -246,7 +255,10 @@ fn info_answers_the_sections_asked_and_sums_the_shards() {
     // Limits add up; a shard without one makes the fleet's none.
     for (s, mb) in cluster.shards.iter().zip([100, 200, 300]) {
         let limit = format!("{mb}mb");
-        for (k, v) in [("maxmemory", limit.as_str()), ("maxmemory-policy", "allkeys-lru")] {
+        for (k, v) in [
+            ("maxmemory", limit.as_str()),
+            ("maxmemory-policy", "allkeys-lru"),
+        ] {
             assert_eq!(
                 s.cmd(&[b"CONFIG", b"SET", k.as_bytes(), v.as_bytes()]),
                 Resp::Simple("OK".into())
@@ -338,9 +350,13 @@ fn redis_benchmark_and_config_get_find_what_they_ask() {
     let plain = RedisServer::start();
     let mut m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("m");
     let pairs = |c: &mut RedisClient, pattern: &str| -> BTreeSet<(Vec<u8>, Vec<u8>)> {
-        let reply = c.cmd(&[b"CONFIG", b"GET", pattern.as_bytes()]).expect("CONFIG");
+        let reply = c
+            .cmd(&[b"CONFIG", b"GET", pattern.as_bytes()])
+            .expect("CONFIG");
         let list = reply.as_bulk_list().unwrap_or_else(|| panic!("{reply:?}"));
-        list.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
+        list.chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect()
     };
     let readable = [
         "save",
@@ -349,10 +365,17 @@ fn redis_benchmark_and_config_get_find_what_they_ask() {
         "maxmemory",
         "maxmemory-policy",
     ];
-    for pattern in readable.iter().chain(&["MAXMEMORY", "maxmemory*", "append*"]) {
+    for pattern in readable
+        .iter()
+        .chain(&["MAXMEMORY", "maxmemory*", "append*"])
+    {
         let want: BTreeSet<_> = pairs(&mut plain.client(), pattern)
             .into_iter()
-            .filter(|(k, _)| readable.iter().any(|r| k.eq_ignore_ascii_case(r.as_bytes())))
+            .filter(|(k, _)| {
+                readable
+                    .iter()
+                    .any(|r| k.eq_ignore_ascii_case(r.as_bytes()))
+            })
             .collect();
         assert!(!want.is_empty(), "{pattern}");
         assert_eq!(pairs(&mut m, pattern), want, "CONFIG GET {pattern}");
@@ -365,7 +388,10 @@ fn redis_benchmark_and_config_get_find_what_they_ask() {
         let args: Vec<&[u8]> = refused.iter().map(|a| a.as_bytes()).collect();
         match m.cmd(&args).expect("CONFIG") {
             Resp::Error(e) => assert!(
-                e.starts_with(&format!("ERR CONFIG {} is not supported by memshift: ", refused[1])),
+                e.starts_with(&format!(
+                    "ERR CONFIG {} is not supported by memshift: ",
+                    refused[1]
+                )),
                 "{e}"
             ),
             other => panic!("{refused:?}: {other:?}"),

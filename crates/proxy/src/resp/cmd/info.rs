@@ -449,7 +449,12 @@ mod tests {
             own: OwnStats::default(),
         };
         let parts = [
-            shard(1024, 100, "noeviction", "db0:keys=10,expires=2,avg_ttl=1000"),
+            shard(
+                1024,
+                100,
+                "noeviction",
+                "db0:keys=10,expires=2,avg_ttl=1000",
+            ),
             shard(2048, 200, "noeviction", "db0:keys=5,expires=6,avg_ttl=3000"),
             None,
         ];
@@ -461,9 +466,15 @@ mod tests {
              \r\n# Keyspace\r\ndb0:keys=15,expires=8,avg_ttl=2500\r\nmemshift_shards_missing:1\r\n"
         );
         // One shard without a limit: the fleet has none; policies differ: left out.
-        let parts = [shard(1, 0, "allkeys-lru", ""), shard(1, 5, "noeviction", "")];
+        let parts = [
+            shard(1, 0, "allkeys-lru", ""),
+            shard(1, 5, "noeviction", ""),
+        ];
         let text = reply.text(&parts);
-        assert!(text.contains("maxmemory:0\r\nmaxmemory_human:0B\r\n"), "{text}");
+        assert!(
+            text.contains("maxmemory:0\r\nmaxmemory_human:0B\r\n"),
+            "{text}"
+        );
         assert!(!text.contains("policy"), "{text}");
         assert!(text.ends_with("# Keyspace\r\n"), "{text}");
     }

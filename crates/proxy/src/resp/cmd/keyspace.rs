@@ -8,9 +8,9 @@
 //! shard's own SCAN cursor. Cursor 0 starts at position 0; a shard's
 //! cursor 0 moves on to the next position, and the last one's ends the
 //! walk with 0. While the shards stay the same, every key present for
-//! the whole walk is returned once: each shard's own SCAN guarantees it,
-//! and no key is on two shards. Cursors stay below 2^53 (JavaScript
-//! clients keep them in a double).
+//! the whole walk is returned, from one shard only (a shard's own SCAN
+//! may repeat a key when its table is resized, as one Redis may).
+//! Cursors stay below 2^53 (JavaScript clients keep them in a double).
 //!
 //! Keys only: memshift keeps nothing of its own in Redis (items are the
 //! client's keys, their header is in the value), so nothing is hidden
@@ -81,7 +81,9 @@ impl RespSession {
         let routes = self.proxy.router.load();
         let walked = routes.redis().flush_targets();
         if walked.len() > MAX_WALKED {
-            return self.refuse("its cursor names at most 1024 shards (use KEYS, or SCAN each Redis server)");
+            return self.refuse(
+                "its cursor names at most 1024 shards (use KEYS, or SCAN each Redis server)",
+            );
         }
         let Some(&shard) = walked.get(position) else {
             // A cursor past the last shard: the walk is over.
@@ -229,7 +231,7 @@ fn next_cursor(position: usize, walked: usize, shard_next: u64) -> Option<u64> {
         let next = position + 1;
         return Some(if next < walked { next as u64 } else { 0 });
     }
-    (shard_next <= MAX_SHARD_CURSOR).then(|| shard_next << POSITION_BITS | position as u64)
+    (shard_next <= MAX_SHARD_CURSOR).then_some(shard_next << POSITION_BITS | position as u64)
 }
 
 impl Gather for ScanPage {
@@ -245,7 +247,9 @@ impl Gather for ScanPage {
         else {
             return backend_error(buf, BackendError::ConnectionLost);
         };
-        let Some(next) = parse_cursor(cursor).and_then(|c| next_cursor(self.position, self.walked, c)) else {
+        let Some(next) =
+            parse_cursor(cursor).and_then(|c| next_cursor(self.position, self.walked, c))
+        else {
             return out::error(
                 buf,
                 b"ERR memshift: a shard's SCAN cursor is too large to carry in memshift's cursor",

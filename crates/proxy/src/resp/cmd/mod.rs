@@ -60,8 +60,9 @@ fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
     Some(match upper {
         b"HELLO" | b"AUTH" | b"PING" | b"ECHO" | b"QUIT" | b"SELECT" | b"CLIENT" | b"COMMAND"
         | b"RESET" => (Connection, "connection"),
-        b"INFO" | b"DBSIZE" | b"FLUSHDB" | b"FLUSHALL" | b"SCRIPT" | b"CONFIG"
-        | b"TIME" => (Server, "server"),
+        b"INFO" | b"DBSIZE" | b"FLUSHDB" | b"FLUSHALL" | b"SCRIPT" | b"CONFIG" | b"TIME" => {
+            (Server, "server")
+        }
         b"SCAN" | b"KEYS" | b"RANDOMKEY" | b"OBJECT" => (Keyspace, "keys"),
         b"GET" | b"GETEX" | b"GETDEL" => (Strings, "get"),
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" => (Strings, "set"),

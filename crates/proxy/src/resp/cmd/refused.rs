@@ -12,7 +12,8 @@ const PUBSUB: &str =
     "pub/sub needs a connection of its own to one Redis server, which memshift does not proxy (connect to a Redis server directly)";
 const ADMIN: &str =
     "it administers one Redis server and memshift fronts several (run it on each Redis server directly)";
-const ONE_DB: &str = "memshift serves database 0 only (one keyspace, shared with memcached clients)";
+const ONE_DB: &str =
+    "memshift serves database 0 only (one keyspace, shared with memcached clients)";
 const CLUSTER_CONN: &str =
     "memshift follows the cluster's slots itself; its clients see one server, not a cluster";
 const HEADER: &str = "string values shared with memcached clients start with memshift's item header, so bit offsets would point into it";
@@ -40,10 +41,10 @@ pub(super) fn reason(upper: &[u8]) -> Option<&'static str> {
         | b"XPENDING" | b"XCLAIM" | b"XAUTOCLAIM" | b"XINFO" | b"XSETID" | b"PFADD"
         | b"PFCOUNT" | b"GEOADD" | b"GEODIST" | b"GEOHASH" | b"GEOPOS" | b"GEORADIUS"
         | b"GEORADIUSBYMEMBER" | b"GEOSEARCH" | b"GEOSEARCHSTORE" => OTHER_TYPE,
-        b"CLUSTER" | b"MIGRATE" | b"DEBUG" | b"SAVE" | b"BGSAVE" | b"BGREWRITEAOF" | b"LASTSAVE"
-        | b"SHUTDOWN" | b"SLAVEOF" | b"REPLICAOF" | b"REPLCONF" | b"SYNC" | b"PSYNC"
-        | b"MONITOR" | b"SLOWLOG" | b"LATENCY" | b"MEMORY" | b"MODULE" | b"ACL" | b"FUNCTION"
-        | b"FAILOVER" | b"LOLWUT" | b"ROLE" => ADMIN,
+        b"CLUSTER" | b"MIGRATE" | b"DEBUG" | b"SAVE" | b"BGSAVE" | b"BGREWRITEAOF"
+        | b"LASTSAVE" | b"SHUTDOWN" | b"SLAVEOF" | b"REPLICAOF" | b"REPLCONF" | b"SYNC"
+        | b"PSYNC" | b"MONITOR" | b"SLOWLOG" | b"LATENCY" | b"MEMORY" | b"MODULE" | b"ACL"
+        | b"FUNCTION" | b"FAILOVER" | b"LOLWUT" | b"ROLE" => ADMIN,
         _ => return None,
     })
 }
