@@ -18,6 +18,8 @@ use memshift_tests::{
     RespCluster,
 };
 
+use super::clients::redis_py;
+
 const KEYSPACE_PY: &str = include_str!("keyspace.py");
 /// Keys written through each protocol.
 const HALF: usize = 5_000;
@@ -71,25 +73,6 @@ fn pipeline(c: &mut RedisClient, cmds: &[Vec<&[u8]>]) {
     }
 }
 
-/// keyspace.py's output against `port`.
-fn walks(port: u16, proto: u8) -> String {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let script = tmp.path().join("keyspace.py");
-    std::fs::write(&script, KEYSPACE_PY).expect("write keyspace.py");
-    let mut cmd = Command::new(redis_py_python());
-    cmd.arg(&script)
-        .args(["127.0.0.1", &port.to_string(), &proto.to_string()])
-        .arg(MATCHING.to_string());
-    let out = run_with_timeout(cmd, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success() && out.stdout.contains("WALKS DONE"),
-        "keyspace.py on port {port} (RESP{proto}) failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
-}
-
 /// `redis-cli --scan --pattern 'k:*'`: the keys, sorted,
 /// after checking none came twice.
 fn cli_scan(port: u16) -> Vec<String> {
@@ -105,19 +88,35 @@ fn cli_scan(port: u16) -> Vec<String> {
     keys
 }
 
-/// The walks through memshift on `port` and on `plain`: the same lines.
-fn walks_match(port: u16, plain: &RedisServer) {
+/// The walk's keys through memshift (`resp_port`, and `mc` on its
+/// memcached port) and on a plain Redis, then the walks on both: the
+/// same lines.
+fn fill_and_walk(resp_port: u16, mut mc: McClient) {
+    let plain = RedisServer::start();
+    let addr = format!("127.0.0.1:{resp_port}");
+    let mut m = RedisClient::connect(&addr, Duration::from_secs(30)).expect("connect");
+    fill(&mut m, Some(&mut mc));
+    fill(&mut plain.client(), None);
+    let python = redis_py_python();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let script = tmp.path().join("keyspace.py");
+    std::fs::write(&script, KEYSPACE_PY).expect("write keyspace.py");
+    let every = format!("returned {MATCHING} unique {MATCHING} ");
     for proto in [2, 3] {
-        let want = walks(plain.port(), proto);
-        let got = walks(port, proto);
+        let want = redis_py(&python, &script, plain.port(), proto);
+        let got = redis_py(&python, &script, resp_port, proto);
         assert_eq!(
             got, want,
             "RESP{proto}: memshift's walks differ from plain Redis"
         );
+        assert!(
+            want.lines().next().is_some_and(|l| l.contains(&every)),
+            "{want}"
+        );
     }
     let want = cli_scan(plain.port());
     assert_eq!(want.len(), MATCHING);
-    assert!(cli_scan(port) == want, "redis-cli --scan differs");
+    assert!(cli_scan(resp_port) == want, "redis-cli --scan differs");
 }
 
 #[test]
@@ -127,16 +126,12 @@ fn scan_keys_randomkey_match_plain_redis() {
         return;
     }
     let cluster = RespCluster::start();
-    let plain = RedisServer::start();
-    let mut m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("m");
-    fill(&mut m, Some(&mut cluster.memshift.client()));
-    fill(&mut plain.client(), None);
+    fill_and_walk(cluster.resp_port, cluster.memshift.client());
     let sizes: Vec<i64> = cluster.shards.iter().map(RedisServer::dbsize).collect();
     assert!(
         sizes.iter().all(|&n| n > 1000),
         "keys not spread: {sizes:?}"
     );
-    walks_match(cluster.resp_port, &plain);
 
     // A leftover copy on a shard the ring does not place the key on (as a
     // resize leaves them) is not walked: GET would not read it.
@@ -151,6 +146,7 @@ fn scan_keys_randomkey_match_plain_redis() {
         Resp::Simple("OK".into())
     );
     assert_eq!(cli_scan(cluster.resp_port).len(), MATCHING);
+    let mut m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("m");
     let keys = m.cmd(&[b"KEYS", b"k:resp:0"]).expect("KEYS");
     assert_eq!(
         keys,
@@ -166,18 +162,13 @@ fn scan_over_redis_cluster_matches_plain_redis() {
     }
     let nodes = RedisClusterNodes::start();
     let (memshift, resp_port, _) = super::cluster::start(&nodes, "");
-    let plain = RedisServer::start();
-    let mut m = RedisClient::connect(&format!("127.0.0.1:{resp_port}"), Duration::from_secs(30))
-        .expect("connect");
-    fill(&mut m, Some(&mut memshift.client()));
-    fill(&mut plain.client(), None);
+    fill_and_walk(resp_port, memshift.client());
     let with_keys = nodes
         .masters()
         .into_iter()
         .filter(|&i| nodes.cmd(i, &[b"DBSIZE"]).as_int().unwrap_or(0) > 1000)
         .count();
     assert_eq!(with_keys, 3, "keys on every master");
-    walks_match(resp_port, &plain);
 }
 
 /// INFO's section titles (`# Name`), memshift's own section left out.

@@ -213,17 +213,19 @@ fn selected(args: &[bytes::Bytes]) -> u16 {
     if args.is_empty() {
         return default;
     }
+    let bit = |name: &[u8]| {
+        SECTIONS
+            .iter()
+            .position(|s| s.0.as_bytes() == name)
+            .map_or(0, |i| 1 << i)
+    };
     let mut mask = 0u16;
     for a in args {
-        let name = a.to_ascii_lowercase();
-        mask |= match name.as_slice() {
+        mask |= match a.to_ascii_lowercase().as_slice() {
             b"default" => default,
             b"all" | b"everything" => u16::MAX >> (16 - SECTIONS.len()),
-            b"module_list" => 1 << 7,
-            n => SECTIONS
-                .iter()
-                .position(|s| s.0.as_bytes() == n)
-                .map_or(0, |i| 1 << i),
+            b"module_list" => bit(b"modules"),
+            name => bit(name),
         };
     }
     mask

@@ -80,6 +80,9 @@ impl RespSession {
         let shard_cursor = cursor >> POSITION_BITS;
         let routes = self.proxy.router.load();
         let walked = routes.redis().flush_targets();
+        if walked.is_empty() {
+            return self.push_error(b"ERR memshift: backend unavailable");
+        }
         if walked.len() > MAX_WALKED {
             return self.refuse(
                 "its cursor names at most 1024 shards (use KEYS, or SCAN each Redis server)",

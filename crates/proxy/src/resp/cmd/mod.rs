@@ -309,11 +309,8 @@ impl RespSession {
 
     /// `-ERR <COMMAND> <SUBCOMMAND> is not supported by memshift: <why>`.
     fn refuse_subcommand(&mut self, why: &str) {
-        let mut text = Vec::with_capacity(96);
-        text.extend_from_slice(b"ERR ");
-        push_printable(&mut text, &self.args[0], 32);
-        text.push(b' ');
-        push_printable(&mut text, self.args.get(1).map_or(&b""[..], |s| s), 32);
+        let mut text = b"ERR ".to_vec();
+        self.push_subcommand(&mut text, b' ');
         text[4..].make_ascii_uppercase();
         text.extend_from_slice(b" is not supported by memshift: ");
         text.extend_from_slice(why.as_bytes());
@@ -322,15 +319,19 @@ impl RespSession {
 
     /// `ERR wrong number of arguments for '<cmd>|<sub>' command`.
     fn subcommand_arity_error(&mut self) {
-        let mut text = Vec::with_capacity(64);
-        text.extend_from_slice(b"ERR wrong number of arguments for '");
+        let mut text = b"ERR wrong number of arguments for '".to_vec();
         let name = text.len();
-        push_printable(&mut text, &self.args[0], 32);
-        text.push(b'|');
-        push_printable(&mut text, self.args.get(1).map_or(&b""[..], |s| s), 32);
+        self.push_subcommand(&mut text, b'|');
         text[name..].make_ascii_lowercase();
         text.extend_from_slice(b"' command");
         self.push_error(&text);
+    }
+
+    /// Append `<command><sep><subcommand>` as sent, printable.
+    fn push_subcommand(&self, text: &mut Vec<u8>, sep: u8) {
+        push_printable(text, &self.args[0], 32);
+        text.push(sep);
+        push_printable(text, self.args.get(1).map_or(&b""[..], |s| s), 32);
     }
 
     /// `ERR wrong number of arguments for '<cmd>' command`.

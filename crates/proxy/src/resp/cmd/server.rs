@@ -122,7 +122,7 @@ impl RespSession {
             Some(n) if n < 0 => return self.push_error(b"ERR Number of keys can't be negative"),
             Some(_) => {
                 return self.refuse(
-                    "a script must name exactly one key (numkeys = 1), to run on that key's shard",
+                    "a script must name exactly one key (numkeys 1): it runs on that key's shard, and other keys may live on others",
                 )
             }
             None => return self.push_error(b"ERR value is not an integer or out of range"),
