@@ -105,3 +105,56 @@ fn total_maxmemory(replies: &[&[Frame]]) -> u64 {
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn reply(pairs: &[(&str, &str)]) -> Part {
+        let frames = pairs
+            .iter()
+            .flat_map(|(k, v)| [k, v])
+            .map(|s| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes())))
+            .collect();
+        Some(Ok(Frame::Array(frames)))
+    }
+
+    fn render(parts: &[Part]) -> String {
+        let mut buf = BytesMut::new();
+        ConfigGet.render(parts, &mut buf, RespVersion::Resp2);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    #[test]
+    fn the_subset_with_limits_summed() {
+        let shard = |max: &str| {
+            reply(&[
+                ("maxmemory", max),
+                ("maxmemory-samples", "5"),
+                ("databases", "16"),
+                ("SAVE", ""),
+            ])
+        };
+        assert_eq!(
+            render(&[shard("100"), shard("200")]),
+            "*6\r\n$9\r\nmaxmemory\r\n$3\r\n300\r\n$9\r\ndatabases\r\n$1\r\n1\r\n$4\r\nSAVE\r\n$0\r\n\r\n"
+        );
+        // One shard without a limit: the fleet has none.
+        assert!(
+            render(&[shard("100"), shard("0")]).starts_with("*6\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n")
+        );
+        // A shard's error or silence answers the request.
+        let err = Some(Ok(Frame::Error(Bytes::from_static(
+            b"ERR unknown command 'CONFIG'",
+        ))));
+        assert_eq!(
+            render(&[shard("1"), err]),
+            "-ERR unknown command 'CONFIG'\r\n"
+        );
+        assert_eq!(
+            render(&[shard("1"), None]),
+            "-ERR memshift: backend timeout\r\n"
+        );
+    }
+}
