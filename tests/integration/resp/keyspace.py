@@ -58,6 +58,15 @@ default = r.info()
 print("info parses", "redis_version" in default, "db0" in default, "used_memory" in default)
 print("info all parses", "redis_version" in r.info("all"))
 
+# OBJECT on the key's shard (a string stored by memshift has its header:
+# "v" stays embstr on both; a number would not be int through memshift).
+for key in ("k:hash", "k:resp:1", "k:mc:1", "nothing"):
+    print("object encoding", key, r.object("encoding", key))
+try:
+    r.execute_command("OBJECT", "ENCODING")
+except redis.ResponseError as e:
+    print("object encoding without a key ->", e)
+
 # CONFIG GET: the read-only subset memshift answers, as the shards have it.
 readable = ("save", "appendonly", "appendfsync", "maxmemory", "maxmemory-policy")
 for pattern in ("*", "maxmemory*", "SAVE"):

@@ -375,6 +375,11 @@ fn redis_benchmark_and_config_get_find_what_they_ask() {
     assert_eq!(pairs(&mut m, "databases"), one_db);
     let all: BTreeSet<Vec<u8>> = pairs(&mut m, "*").into_iter().map(|(k, _)| k).collect();
     assert_eq!(all.len(), readable.len() + 1, "{all:?}");
+    // A client library given a database number shows why at connect.
+    match m.cmd(&[b"SELECT", b"1"]).expect("SELECT") {
+        Resp::Error(e) => assert!(e.contains("serves database 0 only"), "{e}"),
+        other => panic!("SELECT 1: {other:?}"),
+    }
     for refused in [&["CONFIG", "SET", "save", ""][..], &["CONFIG", "RESETSTAT"]] {
         let args: Vec<&[u8]> = refused.iter().map(|a| a.as_bytes()).collect();
         match m.cmd(&args).expect("CONFIG") {
