@@ -189,6 +189,22 @@ impl Visible {
         // of a slot moving in too: they are on no other node then).
         self.redis.cluster_slot(key).is_some() || self.redis.locate_read(key) == shard
     }
+
+    /// Add the keys of `shard`'s reply that a client sees to `kept`.
+    fn keep_from<'a>(&self, keys: &'a [Frame], shard: usize, kept: &mut Vec<&'a Bytes>) {
+        kept.extend(keys.iter().filter_map(|k| match k {
+            Frame::Bulk(k) if self.keeps(k, shard) => Some(k),
+            _ => None,
+        }));
+    }
+}
+
+/// An array of keys.
+fn key_array(buf: &mut BytesMut, keys: &[&Bytes]) {
+    out::array(buf, keys.len());
+    for k in keys {
+        out::bulk(buf, k);
+    }
 }
 
 /// The first failure among `parts`: a backend's (unanswered) or a
@@ -258,19 +274,11 @@ impl Gather for ScanPage {
                 b"ERR memshift: a shard's SCAN cursor is too large to carry in memshift's cursor",
             );
         };
-        let kept: Vec<&Bytes> = keys
-            .iter()
-            .filter_map(|k| match k {
-                Frame::Bulk(k) if self.visible.keeps(k, self.shard) => Some(k),
-                _ => None,
-            })
-            .collect();
+        let mut kept = Vec::with_capacity(keys.len());
+        self.visible.keep_from(keys, self.shard, &mut kept);
         out::array(buf, 2);
         out::bulk(buf, next.to_string().as_bytes());
-        out::array(buf, kept.len());
-        for k in kept {
-            out::bulk(buf, k);
-        }
+        key_array(buf, &kept);
     }
 }
 
@@ -286,20 +294,14 @@ impl Gather for Keys {
         if let Some(failed) = failure(parts) {
             return render_failure(buf, v, failed);
         }
-        let mut kept: Vec<&Bytes> = Vec::new();
+        let mut kept = Vec::new();
         for (part, &shard) in parts.iter().zip(&self.walked) {
-            let Some(Ok(reply)) = part else { continue };
-            for k in keys_of(reply).unwrap_or_default() {
-                match k {
-                    Frame::Bulk(k) if self.visible.keeps(k, shard) => kept.push(k),
-                    _ => {}
-                }
+            if let Some(Ok(reply)) = part {
+                let keys = keys_of(reply).unwrap_or_default();
+                self.visible.keep_from(keys, shard, &mut kept);
             }
         }
-        out::array(buf, kept.len());
-        for k in kept {
-            out::bulk(buf, k);
-        }
+        key_array(buf, &kept);
     }
 }
 
