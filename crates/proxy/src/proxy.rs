@@ -93,6 +93,10 @@ impl Proxy {
                 threads,
                 max_connections: server.max_connections,
                 version: VERSION,
+                resp_port: server
+                    .resp_listen
+                    .or(server.resp_tls_listen)
+                    .map_or(0, |a| a.port()),
             },
             cas_seed,
             shutdown,

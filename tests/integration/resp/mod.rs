@@ -6,5 +6,6 @@ mod clients;
 mod cluster;
 mod cross_protocol;
 mod hostile;
+mod keyspace;
 mod near_cache;
 mod refused;

@@ -10,7 +10,15 @@ use crate::near_cache::store::Ticket;
 use crate::redis::encoding;
 use crate::redis::{BackendError, Reply};
 
-type Part = Option<Result<Frame, BackendError>>;
+/// One backend reply of a request: `None` until it comes.
+pub(super) type Part = Option<Result<Frame, BackendError>>;
+
+/// A reply a command family renders itself from every part, failed ones
+/// included (INFO, CONFIG GET, SCAN, KEYS, RANDOMKEY: `cmd::info`,
+/// `cmd::config`, `cmd::keyspace`).
+pub(super) trait Gather: std::fmt::Debug + Send {
+    fn render(&self, parts: &[Part], buf: &mut BytesMut, v: RespVersion);
+}
 
 /// How a finished request is written.
 #[derive(Debug)]
@@ -50,6 +58,8 @@ pub(super) enum Render {
     /// COMMAND / COMMAND INFO from a shard, narrowed to what memshift
     /// serves (entries of other commands are dropped or nil).
     CommandTable { info: bool },
+    /// Rendered by the command's own family (see [`Gather`]).
+    Gather(Box<dyn Gather>),
 }
 
 #[derive(Debug)]
@@ -195,6 +205,7 @@ impl Pending {
         match &self.render {
             Render::Ready(bytes) => return buf.extend_from_slice(bytes),
             Render::Close => return,
+            Render::Gather(g) => return g.render(self.parts(), buf, v),
             _ => {}
         }
         // A backend failure answers the whole request.
@@ -336,7 +347,7 @@ pub(super) fn get_range(data: &[u8], mut start: i64, mut end: i64) -> &[u8] {
     data.get(start as usize..=end as usize).unwrap_or_default()
 }
 
-fn backend_error(buf: &mut BytesMut, e: BackendError) {
+pub(super) fn backend_error(buf: &mut BytesMut, e: BackendError) {
     let text: &[u8] = match e {
         BackendError::Timeout => b"ERR memshift: backend timeout",
         BackendError::Busy => b"ERR memshift: backend busy",

@@ -62,6 +62,9 @@ pub struct ServerFacts {
     pub threads: usize,
     pub max_connections: usize,
     pub version: &'static str,
+    /// The RESP listener's port (`server.resp_listen`, else
+    /// `resp_tls_listen`; 0: none), RESP INFO's `tcp_port`.
+    pub resp_port: u16,
 }
 
 /// The version line memshift reports: memcached's protocol version first, so
