@@ -32,7 +32,7 @@ const RUN_FOR: Duration = Duration::from_secs(4);
 
 /// Shrinks the socket's receive buffer (the slow client reads nothing, so
 /// memshift's replies pile up in memshift, not in the kernel).
-fn small_receive_buffer(s: &TcpStream) {
+pub(super) fn small_receive_buffer(s: &TcpStream) {
     let size: libc::c_int = 4096;
     // SAFETY: setsockopt on an open socket with a pointer to a local int.
     let rc = unsafe {

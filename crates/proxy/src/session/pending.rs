@@ -17,20 +17,20 @@ pub(super) const OWN_REPLY: u32 = u32::MAX;
 pub(super) const NEAR_HIT: u32 = u32::MAX;
 
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub op: Op,
+pub struct Pending {
+    pub(super) op: Op,
     /// Index into `metrics::COMMANDS`, or `NO_COMMAND`.
-    pub command: u8,
-    pub started: Instant,
-    pub deadline: Instant,
+    pub(super) command: u8,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
     /// Backend replies still to come.
-    pub waiting: u32,
+    pub(super) waiting: u32,
     /// Bytes of the replies received so far (for the slow-consumer limit).
-    pub bytes: usize,
-    pub results: Results,
+    pub(super) bytes: usize,
+    pub(super) results: Results,
     /// Near cache: hash of the key this request writes, invalidated again
     /// just before its reply is written (read-your-writes).
-    pub near_written: Option<u64>,
+    pub(super) near_written: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -125,6 +125,25 @@ pub(super) struct Backfill {
     pub started: bool,
     /// (key index, part of its `mg` reply)
     pub lookups: Vec<(u32, u32)>,
+}
+
+impl crate::conn::Entry for Pending {
+    crate::entry_basics!(Pending);
+
+    fn expire(&mut self) {
+        self.results.fill_missing(BackendError::Timeout);
+        self.waiting = 0;
+    }
+
+    #[inline]
+    fn is_close(&self) -> bool {
+        matches!(self.op, Op::Close)
+    }
+
+    #[inline]
+    fn command(&self) -> Option<usize> {
+        (self.command != NO_COMMAND).then_some(usize::from(self.command))
+    }
 }
 
 /// A single-key write (storage, arith, delete, touch).

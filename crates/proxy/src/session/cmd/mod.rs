@@ -153,8 +153,10 @@ impl Session {
     fn reserve_command_room(&mut self) {
         if self.cmd_buf.capacity() - self.cmd_buf.len() < CMD_BUF_LOW {
             if self.cmd_buf.capacity() == 0 {
-                self.cmd_buf =
-                    super::pool::take_buffer(super::pool::Buffer::Command, CMD_BUF_CHUNK);
+                self.cmd_buf = crate::conn::pool::take_buffer(
+                    crate::conn::pool::Buffer::Command,
+                    CMD_BUF_CHUNK,
+                );
             } else {
                 self.cmd_buf.reserve(CMD_BUF_CHUNK);
             }
