@@ -346,7 +346,7 @@ fn sigterm_answers_a_pipelined_batch_still_in_the_socket_resp() {
         return;
     }
     for round in 0..drain_rounds() {
-        let shards = vec![RedisServer::start()];
+        let shards = [RedisServer::start()];
         let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
         let (mut memshift, resp_port, _) = start_resp_memshift(&addrs, |o| {
             o.timeout_ms = 10_000;

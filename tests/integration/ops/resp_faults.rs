@@ -71,7 +71,7 @@ fn verify(addr: &str, stop: &AtomicBool) -> (Vec<Duration>, Vec<String>) {
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) && failures.len() < 10 {
         let started = Instant::now();
-        let (got, want) = if n % 2 == 0 {
+        let (got, want) = if n.is_multiple_of(2) {
             (c.cmd(&[b"GET", b"small"]), small())
         } else {
             (
@@ -267,7 +267,7 @@ fn resp_client_abort_storm_leaves_nothing_behind() {
                         continue;
                     };
                     let _ = s.write_all(&request);
-                    if (t + i) % 3 == 0 {
+                    if (t + i).is_multiple_of(3) {
                         // Some wait for replies to be on their way.
                         thread::sleep(Duration::from_millis(2));
                     }

@@ -217,7 +217,7 @@ impl conn::Protocol for RespSession {
         if !matches!(p.near, NearAfter::Nothing) {
             near_before_reply(&self.proxy, &mut p);
         }
-        p.render_into(&mut self.wbuf, self.version);
+        p.render_into(&mut self.wbuf, self.version, cmd::is_served);
     }
 
     fn room_to_dispatch(&self) -> bool {

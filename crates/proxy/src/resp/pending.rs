@@ -222,7 +222,9 @@ impl Pending {
         }
     }
 
-    pub(super) fn render_into(self, buf: &mut BytesMut, v: RespVersion) {
+    /// Write the reply; `served` says which commands memshift serves (for
+    /// COMMAND's table).
+    pub(super) fn render_into(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
         match &self.render {
             Render::Ready(bytes) => return buf.extend_from_slice(bytes),
             Render::Close => return,
@@ -319,7 +321,7 @@ impl Pending {
                 }
             }
             (Render::CommandTable { info }, Some(Frame::Array(entries))) => {
-                command_table(buf, entries, *info, v)
+                command_table(buf, entries, *info, v, served)
             }
             // Errors, nils and anything unexpected: as the backend sent it.
             (_, Some(f)) => out::frame(buf, f, v, Shape::Plain),
@@ -378,10 +380,16 @@ fn backend_error(buf: &mut BytesMut, e: BackendError) {
 
 /// COMMAND's entries for the commands memshift serves; COMMAND INFO keeps
 /// its positions (nil for the others).
-fn command_table(buf: &mut BytesMut, entries: &[Frame], info: bool, v: RespVersion) {
+fn command_table(
+    buf: &mut BytesMut,
+    entries: &[Frame],
+    info: bool,
+    v: RespVersion,
+    is_served: fn(&[u8]) -> bool,
+) {
     let served = |e: &Frame| match e {
         Frame::Array(fields) => match fields.first() {
-            Some(Frame::Bulk(name)) => super::cmd::is_served(name),
+            Some(Frame::Bulk(name)) => is_served(name),
             _ => false,
         },
         _ => false,

@@ -1,7 +1,7 @@
 //! A client request waiting for its reply, in the session's order.
 
 use bytes::Bytes;
-use memshift_protocol::memcache::{ArithCommand, Keys, StorageCommand};
+use memshift_protocol::memcache::{ArithCommand, Keys, MetaCommand, MetaFlags, StorageCommand};
 use tokio::time::Instant;
 
 use crate::redis::{BackendError, Reply};
@@ -48,13 +48,53 @@ pub(super) enum Op {
         noreply: bool,
     },
     /// mg / ms / md / ma.
-    Meta(Box<super::cmd::MetaOp>),
+    Meta(Box<MetaOp>),
     /// get/gets of one key answered by the near cache.
     NearHit {
         keys: Keys<Bytes>,
         hit: crate::near_cache::store::Hit,
         with_cas: bool,
     },
+}
+
+/// A meta command waiting for its backend.
+#[derive(Debug)]
+pub(super) struct MetaOp {
+    pub(super) command: MetaCommand,
+    /// The key (decoded under `b`).
+    pub(super) key: Bytes,
+    /// The flag tokens as sent.
+    pub(super) tokens: Bytes,
+    pub(super) flags: MetaFlags,
+    pub(super) side: Backend,
+    /// How the Redis reply reads.
+    pub(super) kind: Kind,
+    /// The CAS unique a successful write stores.
+    pub(super) new_cas: u64,
+    /// `ms`: the item as written (for the shadow).
+    pub(super) data: Bytes,
+    /// Where the write's result is replicated.
+    pub(super) shadow: Option<Backend>,
+    /// When the request was dispatched (for `t` after `T`).
+    pub(super) now: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// The meta get script: `{value, pttl, idle, won | created}`.
+    Get,
+    /// `me`: the meta get script, looking only.
+    Debug,
+    Store(StorageCommand),
+    /// `DEL`.
+    Delete,
+    /// The meta delete script.
+    DeleteCas,
+    /// `md ... I`: the meta invalidate script.
+    Invalidate,
+    Arith,
+    /// Forwarded to memcached: its reply is passed through.
+    Forwarded,
 }
 
 /// get / gets / gat / gats.

@@ -31,7 +31,6 @@ use super::pending::{Op, Pending};
 use super::Session;
 use crate::router::{ReplyShape, Routes, Target};
 
-pub(super) use meta::MetaOp;
 pub(super) use near::land;
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
