@@ -268,3 +268,112 @@ impl<E: Entry> Queue<E> {
         pool::give_queue(E::pool(), std::mem::take(&mut self.entries));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Req {
+        waiting: u32,
+        deadline: Instant,
+        bytes: usize,
+        started: Instant,
+        timed_out: bool,
+    }
+
+    impl Entry for Req {
+        crate::entry_basics!(Req);
+
+        fn expire(&mut self) {
+            self.waiting = 0;
+            self.timed_out = true;
+        }
+
+        fn is_close(&self) -> bool {
+            false
+        }
+
+        fn command(&self) -> Option<usize> {
+            None
+        }
+    }
+
+    fn req(waiting: u32, deadline: Instant) -> Req {
+        Req {
+            waiting,
+            deadline,
+            bytes: 0,
+            started: deadline,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn replies_fill_entries_by_sequence_and_leave_in_order() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        let a = q.push_waiting(req(1, now));
+        q.push_ready(req(0, now));
+        let c = q.push_waiting(req(1, now));
+        assert_eq!((a, c), (0, 2));
+        // The last one is answered first: nothing leaves before the first.
+        let i = q.index_of(c).expect("queued");
+        q.get_mut(i).expect("entry").waiting = 0;
+        q.get_mut(i).expect("entry").bytes = 10;
+        q.hold(10);
+        q.settled();
+        assert!(q.pop_ready().is_none());
+        assert!(q.over(5, 9), "10 bytes held is over a 9-byte bound");
+        let i = q.index_of(a).expect("queued");
+        q.get_mut(i).expect("entry").waiting = 0;
+        q.settled();
+        for _ in 0..3 {
+            assert!(q.pop_ready().is_some());
+        }
+        assert!(q.is_empty());
+        assert!(!q.over(0, 0), "popping gives the bytes back");
+        // A reply for an entry already gone finds nothing.
+        assert_eq!(q.index_of(a), None);
+        assert_eq!(q.next_seq(), 3);
+    }
+
+    #[test]
+    fn the_window_closes_on_count_and_on_expected_reply_bytes() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        // A new connection expects 1 MiB replies: 4 in flight at most.
+        for _ in 0..4 {
+            assert!(q.room());
+            q.push_waiting(req(1, now));
+        }
+        assert!(!q.room());
+        // Small replies shrink the estimate and open the window.
+        for _ in 0..12 {
+            q.note_reply(100);
+        }
+        assert!(q.room());
+        while q.room() {
+            q.push_waiting(req(1, now));
+        }
+        assert_eq!(q.len(), MAX_WAITING);
+    }
+
+    #[test]
+    fn overdue_entries_expire_up_to_the_first_not_due() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.push_waiting(req(1, now));
+        q.push_waiting(req(2, now + Duration::from_secs(5)));
+        q.push_waiting(req(1, now));
+        assert_eq!(q.front_deadline(), Some(now));
+        q.expire_overdue(now + Duration::from_millis(1));
+        assert!(q.pop_ready().is_some_and(|r| r.timed_out));
+        assert!(q.pop_ready().is_none(), "the second is not due");
+        assert_eq!(q.front_deadline(), Some(now + Duration::from_secs(5)));
+        assert_eq!(q.clear(), 2);
+        assert!(q.room());
+    }
+}
