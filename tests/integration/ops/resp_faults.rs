@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use memshift_tests::ops_support::{metric, poll_until, vm_rss_kib, wait_until};
+use memshift_tests::ops_support::{metric, vm_rss_kib, wait_until};
 use memshift_tests::resp_proxy::start_resp_memshift;
 use memshift_tests::{require_tools, send_and_read, RedisClient, RedisServer, Resp, RespCluster};
 
-use super::slow_consumer::small_receive_buffer;
+use super::slow_consumer::never_reading_client;
 use super::{resp_command, POLL, REACT, TIMEOUT_MS};
 
 const BIG: usize = 1_000_000;
@@ -156,29 +156,14 @@ fn resp_slow_consumer_is_closed_and_others_are_served() {
     let rss_before = vm_rss_kib(pid);
     let verifier = Verifier::start(&cluster.resp_addr());
 
-    let slow = TcpStream::connect(cluster.resp_addr()).expect("connect the slow client");
-    small_receive_buffer(&slow);
-    slow.set_write_timeout(Some(Duration::from_secs(30)))
-        .expect("write timeout");
-    let started = Instant::now();
-    let writer = {
-        let mut s = slow.try_clone().expect("clone");
-        let request = resp_command(&[b"MGET", b"big", b"big"]).repeat(SLOW_MGETS);
-        thread::spawn(move || s.write_all(&request))
-    };
-    let mut peak = rss_before;
-    let closed = poll_until(Duration::from_secs(30), POLL, || {
-        peak = peak.max(vm_rss_kib(pid));
-        (metric(cluster.admin_port, "memshift_slow_consumers_total") >= 1.0).then_some(())
-    });
-    let closed_after = closed.map(|()| started.elapsed());
-    while started.elapsed() < Duration::from_secs(4) {
-        peak = peak.max(vm_rss_kib(pid));
-        thread::sleep(POLL);
-    }
+    let (closed_after, peak) = never_reading_client(
+        &cluster.resp_addr(),
+        resp_command(&[b"MGET", b"big", b"big"]).repeat(SLOW_MGETS),
+        cluster.admin_port,
+        pid,
+        Duration::from_secs(4),
+    );
     let (latencies, failures) = verifier.finish();
-    drop(slow);
-    let _ = writer.join();
     let growth = peak.saturating_sub(rss_before);
     let (p99, max) = (
         p99(&latencies),
