@@ -82,6 +82,18 @@ impl State {
     }
 }
 
+impl State {
+    /// The client sent what can never become a request (larger than every
+    /// limit, or a line memcached would not wait for): its input is
+    /// dropped, and the connection closes once what came before is
+    /// answered (no reply of its own, as the reference servers do).
+    pub fn refuse_input(&mut self, rbuf: &mut BytesMut, why: &'static str) {
+        tracing::info!(bytes = rbuf.len(), why, "closing a client on its input");
+        rbuf.clear();
+        self.closing = true;
+    }
+}
+
 /// The parts of a connection the engine works on, borrowed apart so that
 /// the loop can wait on the socket, the write buffer and the reply channel
 /// at once.

@@ -119,12 +119,8 @@ impl RespSession {
                 Ok(None) => {
                     // Redis' client-query-buffer-limit: close, no reply.
                     if self.rbuf.len() > MAX_QUERY_BYTES.max(limits.max_bulk_len + 1024 * 1024) {
-                        tracing::info!(
-                            bytes = self.rbuf.len(),
-                            "closing a RESP client whose request exceeds the query buffer limit"
-                        );
-                        self.rbuf.clear();
-                        self.push_ready(Render::Close);
+                        let why = "a RESP request over the query buffer limit";
+                        self.conn.refuse_input(&mut self.rbuf, why);
                     }
                     return;
                 }

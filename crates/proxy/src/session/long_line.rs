@@ -8,7 +8,6 @@
 
 use tokio::io::AsyncRead;
 
-use super::pending::Op;
 use super::Session;
 use crate::conn::read_ready;
 
@@ -23,12 +22,8 @@ impl Session {
             self.rbuf.reserve(whole.saturating_sub(self.rbuf.len()));
             let n = read_ready(rd, &mut self.rbuf).await;
             if n == 0 {
-                tracing::debug!(
-                    bytes = self.rbuf.len(),
-                    "closing a client whose line passed max_line_length without a newline"
-                );
-                self.rbuf.clear();
-                self.push_ready(Op::Close);
+                let why = "a line past max_line_length without a newline";
+                self.conn.refuse_input(&mut self.rbuf, why);
                 return;
             }
             self.proxy

@@ -194,12 +194,8 @@ impl Session {
                     // not one a client sends: close rather than grow.
                     let cap = (self.max_item_size + 1024 * 1024).max(MAX_REQUEST_BYTES);
                     if self.rbuf.len() > cap {
-                        tracing::info!(
-                            bytes = self.rbuf.len(),
-                            "closing a client whose request exceeds every limit"
-                        );
-                        self.rbuf.clear();
-                        self.push_ready(Op::Close);
+                        let why = "a request over every limit";
+                        self.conn.refuse_input(&mut self.rbuf, why);
                     }
                     return;
                 }
