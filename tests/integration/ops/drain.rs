@@ -430,3 +430,57 @@ fn check_drained(
     );
     eprintln!("{front} drain round {round}: {answered} of {DRAIN_REQUESTS} answered, then closed");
 }
+
+/// Issue 24: draining, a connection goes on answering a client that keeps
+/// talking (gaps shorter than `drain_quiet_ms`), and closes once the client
+/// has been quiet that long (before: closed at SIGTERM between requests).
+#[test]
+fn draining_connection_serves_until_the_client_goes_quiet() {
+    if !require_tools(
+        "draining_connection_serves_until_the_client_goes_quiet",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    /// Long enough that the test's own gaps (a loaded box) stay under it.
+    const QUIET_MS: u64 = 1500;
+    const REQUESTS: usize = 15;
+    let mut cluster = Cluster::start_with(opts(
+        1,
+        &format!("drain_timeout_ms = 20000\ndrain_quiet_ms = {QUIET_MS}"),
+        "",
+    ));
+    let mut c = cluster.client();
+    c.set_read_timeout(Duration::from_secs(10))
+        .expect("read timeout");
+    c.set("talk", b"on").expect("set");
+    cluster.memshift.sigterm();
+    wait_until(REACT, POLL, "the listener to close after SIGTERM", || {
+        (!accepts_connections(cluster.addr())).then_some(())
+    });
+    for i in 0..REQUESTS {
+        let got = c.get("talk").unwrap_or_else(|e| {
+            panic!("get {i} while draining: {e}\n{}", cluster.memshift.stderr())
+        });
+        assert_eq!(got.as_deref(), Some(&b"on"[..]), "get {i} while draining");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Quiet now: the connection closes after about QUIET_MS.
+    let quiet_from = Instant::now();
+    let (rest, closed) =
+        c.read_until_closed_or_idle(Duration::from_secs(10), Duration::from_secs(10));
+    let took = quiet_from.elapsed();
+    assert!(rest.is_empty(), "unasked bytes: {}", escape(&rest, 200));
+    assert!(closed, "the quiet connection was not closed");
+    // It counts from memshift's last reply, a little before `quiet_from`.
+    assert!(
+        took >= Duration::from_millis(QUIET_MS / 2),
+        "closed {took:?} into the quiet period of {QUIET_MS} ms"
+    );
+    let status = cluster
+        .memshift
+        .wait_exit(Duration::from_secs(20))
+        .expect("memshift did not exit after the drain");
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    eprintln!("draining: {REQUESTS} requests answered, closed {took:?} after the last");
+}
