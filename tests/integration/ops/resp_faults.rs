@@ -388,7 +388,6 @@ fn resp_idle_clients_are_closed_and_cost_little() {
     const CONNS: usize = 1_000;
     const KIB_PER_IDLE_CONNECTION: u64 = 6;
     let cluster = start(2, &format!("idle_timeout_ms = {IDLE_MS}\n"));
-    let pid = cluster.memshift.pid().expect("memshift pid");
     setup(&cluster);
     let addr = cluster.resp_addr();
     let ping = |c: &mut RedisClient| c.cmd(&[b"PING"]).ok() == Some(Resp::Simple("PONG".into()));
