@@ -8,6 +8,7 @@ pub mod admin;
 pub mod cli;
 pub mod compare;
 pub mod config;
+pub mod conn;
 pub mod copy;
 pub mod error;
 pub mod fd_limit;

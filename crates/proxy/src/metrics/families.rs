@@ -69,6 +69,7 @@ pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
 pub const REJECTED_CONNECTIONS: &str = "memshift_rejected_connections_total";
 pub const SLOW_CONSUMERS: &str = "memshift_slow_consumers_total";
 pub const DRAIN_ABORTED: &str = "memshift_drain_aborted_connections_total";
+pub const DRAIN_DROPPED: &str = "memshift_drain_dropped_total";
 pub const SHADOW_WRITES: &str = "memshift_shadow_writes_total";
 pub const SHADOW_BREAKER_OPEN: &str = "memshift_shadow_breaker_open";
 pub const COMPARE: &str = "memshift_compare_total";
@@ -80,7 +81,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 19] = [
+pub const FAMILIES: [(&str, &str, &str); 20] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -131,6 +132,11 @@ pub const FAMILIES: [(&str, &str, &str); 19] = [
         DRAIN_ABORTED,
         "counter",
         "Client connections closed at shutdown because drain_timeout_ms ran out before they finished.",
+    ),
+    (
+        DRAIN_DROPPED,
+        "counter",
+        "Requests read from clients but left unanswered when drain_timeout_ms ran out.",
     ),
     (
         SHADOW_WRITES,

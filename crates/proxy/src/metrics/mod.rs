@@ -60,6 +60,7 @@ pub struct Metrics {
     rejected_connections: Counter,
     slow_consumers: Counter,
     drain_aborted: Counter,
+    drain_dropped: Counter,
     /// `[backend][result]`
     shadow_writes: [[Counter; ShadowResult::LABELS.len()]; Backend::ALL.len()],
     breaker_open: [Gauge; Backend::ALL.len()],
@@ -122,6 +123,7 @@ impl Metrics {
             rejected_connections: counter(r, REJECTED_CONNECTIONS, &[]),
             slow_consumers: counter(r, SLOW_CONSUMERS, &[]),
             drain_aborted: counter(r, DRAIN_ABORTED, &[]),
+            drain_dropped: counter(r, DRAIN_DROPPED, &[]),
             shadow_writes: Backend::ALL.map(|b| {
                 ShadowResult::LABELS.map(|result| {
                     counter(
@@ -232,6 +234,11 @@ impl Metrics {
     /// `n` connections were still open when the drain timeout ran out.
     pub fn drain_aborted(&self, n: usize) {
         self.drain_aborted.increment(n as u64);
+    }
+
+    /// `n` requests read were left unanswered at the drain deadline.
+    pub fn drain_dropped(&self, n: usize) {
+        self.drain_dropped.increment(n as u64);
     }
 
     #[inline]

@@ -63,16 +63,36 @@ pub(super) enum Render {
 }
 
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub render: Render,
+pub struct Pending {
+    pub(super) render: Render,
     parts: PartsVec,
-    pub waiting: u32,
+    pub(super) waiting: u32,
+    /// Bytes of the replies received so far (for the slow-consumer limit).
+    bytes: usize,
     /// Index into `metrics::COMMANDS`.
-    pub command: Option<usize>,
-    pub started: Instant,
-    pub deadline: Instant,
+    pub(super) command: Option<usize>,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
     /// Near cache: what to do just before the reply is written.
-    pub near: NearAfter,
+    pub(super) near: NearAfter,
+}
+
+impl crate::conn::Entry for Pending {
+    crate::entry_basics!(Pending);
+
+    fn expire(&mut self) {
+        Pending::expire(self);
+    }
+
+    #[inline]
+    fn is_close(&self) -> bool {
+        matches!(self.render, Render::Close)
+    }
+
+    #[inline]
+    fn command(&self) -> Option<usize> {
+        self.command
+    }
 }
 
 /// `Render::Mget` slot part of a key the near cache answered.
@@ -119,11 +139,12 @@ enum PartsVec {
 }
 
 impl Pending {
-    pub fn ready(render: Render, command: Option<usize>, now: Instant) -> Pending {
+    pub(super) fn ready(render: Render, command: Option<usize>, now: Instant) -> Pending {
         Pending {
             render,
             parts: PartsVec::One(None),
             waiting: 0,
+            bytes: 0,
             command,
             started: now,
             deadline: now,
@@ -131,7 +152,7 @@ impl Pending {
         }
     }
 
-    pub fn waiting(
+    pub(super) fn waiting(
         render: Render,
         parts: usize,
         command: Option<usize>,
@@ -146,6 +167,7 @@ impl Pending {
                 PartsVec::Many((0..parts).map(|_| None).collect())
             },
             waiting: parts as u32,
+            bytes: 0,
             command,
             started: now,
             deadline,
@@ -153,27 +175,36 @@ impl Pending {
         }
     }
 
-    pub fn fill(&mut self, part: u32, result: Result<Reply, BackendError>) {
+    /// Record part `part`'s reply (`size` bytes); false if unknown or
+    /// already recorded.
+    pub(super) fn fill(
+        &mut self,
+        part: u32,
+        result: Result<Reply, BackendError>,
+        size: usize,
+    ) -> bool {
         let slot = match &mut self.parts {
             PartsVec::One(p) if part == 0 => p,
             PartsVec::Many(v) => match v.get_mut(part as usize) {
                 Some(p) => p,
-                None => return,
+                None => return false,
             },
-            PartsVec::One(_) => return,
+            PartsVec::One(_) => return false,
         };
-        if slot.is_some() {
-            return;
+        if slot.is_some() || self.waiting == 0 {
+            return false;
         }
         *slot = Some(match result {
             Ok(Reply::Redis(f)) => Ok(f),
             Ok(Reply::Memcached(_)) => Err(BackendError::ConnectionLost),
             Err(e) => Err(e),
         });
-        self.waiting = self.waiting.saturating_sub(1);
+        self.waiting -= 1;
+        self.bytes += size;
+        true
     }
 
-    pub fn expire(&mut self) {
+    pub(super) fn expire(&mut self) {
         let fill = |p: &mut Part| {
             if p.is_none() {
                 *p = Some(Err(BackendError::Timeout));
@@ -187,7 +218,7 @@ impl Pending {
     }
 
     /// Part `part`'s frame, if it came.
-    pub fn frame(&self, part: u32) -> Option<&Frame> {
+    pub(super) fn frame(&self, part: u32) -> Option<&Frame> {
         match self.parts().get(part as usize) {
             Some(Some(Ok(f))) => Some(f),
             _ => None,
@@ -201,7 +232,9 @@ impl Pending {
         }
     }
 
-    pub fn render_into(self, buf: &mut BytesMut, v: RespVersion) {
+    /// Write the reply; `served` says which commands memshift serves (for
+    /// COMMAND's table).
+    pub(super) fn render_into(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
         match &self.render {
             Render::Ready(bytes) => return buf.extend_from_slice(bytes),
             Render::Close => return,
@@ -299,7 +332,7 @@ impl Pending {
                 }
             }
             (Render::CommandTable { info }, Some(Frame::Array(entries))) => {
-                command_table(buf, entries, *info, v)
+                command_table(buf, entries, *info, v, served)
             }
             // Errors, nils and anything unexpected: as the backend sent it.
             (_, Some(f)) => out::frame(buf, f, v, Shape::Plain),
@@ -358,10 +391,16 @@ pub(super) fn backend_error(buf: &mut BytesMut, e: BackendError) {
 
 /// COMMAND's entries for the commands memshift serves; COMMAND INFO keeps
 /// its positions (nil for the others).
-fn command_table(buf: &mut BytesMut, entries: &[Frame], info: bool, v: RespVersion) {
+fn command_table(
+    buf: &mut BytesMut,
+    entries: &[Frame],
+    info: bool,
+    v: RespVersion,
+    is_served: fn(&[u8]) -> bool,
+) {
     let served = |e: &Frame| match e {
         Frame::Array(fields) => match fields.first() {
-            Some(Frame::Bulk(name)) => super::cmd::is_served(name),
+            Some(Frame::Bulk(name)) => is_served(name),
             _ => false,
         },
         _ => false,

@@ -40,6 +40,10 @@ pub struct Stats {
     pub slow_consumers_closed: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    /// Requests read but left unanswered at the drain deadline (not a
+    /// `stats` line: for the drain's closing log line; the metric is
+    /// `memshift_drain_dropped_total`).
+    pub drain_dropped: AtomicU64,
     /// `stats detail`: per-prefix counts.
     pub prefixes: PrefixStats,
     /// `stats sizes_enable|sizes_disable` (memcached: off by default).

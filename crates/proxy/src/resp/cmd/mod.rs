@@ -393,9 +393,12 @@ impl RespSession {
         Some(hash)
     }
 
-    fn reply_to(&self, seq: u64, part: u32) -> ReplyTo {
+    fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
+        let channel = self
+            .replies
+            .get_or_insert_with(crate::conn::pool::take_channel);
         ReplyTo {
-            tx: self.tx.clone(),
+            tx: channel.tx.clone(),
             seq,
             part,
         }
