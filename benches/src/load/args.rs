@@ -35,7 +35,7 @@ impl std::fmt::Display for Shape {
 /// their replies, repeats); open loop with --rate. The run always stops by
 /// itself (--duration, --requests).
 #[derive(Debug, Parser)]
-#[command(name = "memshift-load", version)]
+#[command(name = "memshift-load", version, args_override_self = true)]
 pub struct Cli {
     /// Server to load (HOST:PORT).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:11211", value_parser = resolve, help_heading = "Target")]
@@ -305,6 +305,8 @@ mod tests {
         assert_eq!(a.requests, Some(1000));
         assert_eq!(a.duration, None);
         assert_eq!(a.shape, Shape::EventLoop);
+        // As before clap: a repeated flag's last value wins (scripts append overrides).
+        assert_eq!(p(&["--conns", "4", "--conns", "5"]).unwrap().conns, 5);
         assert!(p(&["--pipeline", "0"]).is_err());
         assert!(p(&["--bogus"]).is_err());
         assert!(p(&["--ratio", "90"]).is_err());
