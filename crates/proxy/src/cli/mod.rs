@@ -94,10 +94,10 @@ enum Sub {
     ///
     /// Places N sample keys ("key:0" .. "key:N-1") on the configured ring and
     /// prints each shard's count and share next to the share its weight would
-    /// get on a perfectly balanced ring. With --add ADDR (a new shard, weight
-    /// 1) or --remove ADDR (an address or a shard name from the config), it
-    /// also places them on the changed ring and prints how many keys move and
-    /// a from -> to matrix.
+    /// get on a perfectly balanced ring. With --add ADDR (a new shard of
+    /// weight 1) or --remove ADDR (an address or a shard name from the
+    /// config), it also places them on the changed ring and prints how many
+    /// keys move and a from -> to matrix.
     Ring(RingArgs),
     /// Copy the legacy memcached pool into Redis; with --from-shards, copy
     /// OLD's standalone Redis shards into FILE's Redis (e.g. a cluster).
