@@ -271,3 +271,149 @@ impl Drop for Epoll {
         unsafe { libc::close(self.0) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use clap::Parser;
+
+    use crate::load::{self, Cli};
+
+    /// A real memcached on a free loopback port, stopped on drop.
+    struct Memcached(Child, SocketAddr);
+
+    impl Memcached {
+        fn start() -> Option<Memcached> {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port();
+            let mut cmd = Command::new("memcached");
+            cmd.args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-t",
+                "1",
+            ]);
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                cmd.args(["-u", "root"]);
+            }
+            let child = cmd
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()?;
+            let m = Memcached(child, SocketAddr::from(([127, 0, 0, 1], port)));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while TcpStream::connect(m.1).is_err() {
+                if Instant::now() > deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Some(m)
+        }
+    }
+
+    impl Drop for Memcached {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn run(addr: SocketAddr, extra: &[&str]) -> load::Report {
+        let addr = addr.to_string();
+        // --duration bounds a broken loop: the test fails instead of hanging.
+        let mut argv = vec![
+            "memshift-load",
+            "--addr",
+            &addr,
+            "--shape",
+            "event-loop",
+            "--duration",
+            "20",
+            "--timeout-ms",
+            "500",
+        ];
+        argv.extend_from_slice(extra);
+        let args = Cli::try_parse_from(argv).unwrap().into_args().unwrap();
+        load::run(args).unwrap()
+    }
+
+    /// Every request answered and validated, exactly the number asked for,
+    /// with and without pipelining and multi-gets; hits after a warm-up.
+    #[test]
+    fn event_loop_runs_a_bounded_load_against_memcached() {
+        let Some(mc) = Memcached::start() else {
+            eprintln!("skipped: no memcached on PATH");
+            return;
+        };
+        let r = run(
+            mc.1,
+            &[
+                "--conns",
+                "7",
+                "--requests",
+                "3000",
+                "--keys",
+                "500",
+                "--warmup",
+            ],
+        );
+        assert_eq!(r.run.errors.total(), 0, "{:?}", r.run.samples);
+        assert_eq!(r.run.ok, 3000);
+        assert_eq!(r.run.misses, 0, "every key was set by the warm-up");
+        assert!(
+            r.run.hits > 2000 && r.run.sets > 100,
+            "{} hits, {} sets",
+            r.run.hits,
+            r.run.sets
+        );
+        let r = run(
+            mc.1,
+            &[
+                "--conns",
+                "5",
+                "--requests",
+                "4000",
+                "--pipeline",
+                "16",
+                "--multiget",
+                "3",
+                "--keys",
+                "500",
+            ],
+        );
+        assert_eq!(r.run.errors.total(), 0, "{:?}", r.run.samples);
+        assert_eq!(r.run.ok, 4000);
+        assert_eq!(r.to_json()["shape"], "event-loop");
+    }
+
+    /// A server that is not there: counted as errors, and the run still ends.
+    #[test]
+    fn event_loop_ends_against_a_closed_port() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let t = Instant::now();
+        let r = run(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            &["--conns", "3", "--duration", "0.3"],
+        );
+        assert!(t.elapsed() < Duration::from_secs(10));
+        assert_eq!(r.run.ok, 0);
+        assert!(r.run.errors.connect_failures > 0);
+    }
+}
