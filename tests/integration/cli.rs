@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use memshift_tests::process::run_ok;
 use memshift_tests::{memshift_bin, run_with_timeout, workspace_root, CommandOutput};
 
 fn memshift(args: &[&str]) -> CommandOutput {
@@ -17,15 +18,9 @@ fn memshift(args: &[&str]) -> CommandOutput {
 
 /// Runs `memshift ARGS`, asserts exit 0, returns stdout.
 fn ok(args: &[&str]) -> String {
-    let out = memshift(args);
-    assert!(
-        out.status.success(),
-        "memshift {args:?}: {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
+    let mut cmd = Command::new(memshift_bin());
+    cmd.args(args);
+    run_ok(cmd, Duration::from_secs(30), &format!("memshift {args:?}"))
 }
 
 /// The subcommands `memshift --help` lists (its "Commands:" section).

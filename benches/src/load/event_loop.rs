@@ -331,7 +331,7 @@ mod tests {
         }
     }
 
-    fn run(addr: SocketAddr, extra: &[&str]) -> load::Report {
+    fn run(addr: SocketAddr, extra: &str) -> load::Report {
         let addr = addr.to_string();
         // --duration bounds a broken loop: the test fails instead of hanging.
         let mut argv = vec![
@@ -345,7 +345,7 @@ mod tests {
             "--timeout-ms",
             "500",
         ];
-        argv.extend_from_slice(extra);
+        argv.extend(extra.split_whitespace());
         let args = Cli::try_parse_from(argv).unwrap().into_args().unwrap();
         load::run(args).unwrap()
     }
@@ -358,18 +358,7 @@ mod tests {
             eprintln!("skipped: no memcached on PATH");
             return;
         };
-        let r = run(
-            mc.1,
-            &[
-                "--conns",
-                "7",
-                "--requests",
-                "3000",
-                "--keys",
-                "500",
-                "--warmup",
-            ],
-        );
+        let r = run(mc.1, "--conns 7 --requests 3000 --keys 500 --warmup");
         assert_eq!(r.run.errors.total(), 0, "{:?}", r.run.samples);
         assert_eq!(r.run.ok, 3000);
         assert_eq!(r.run.misses, 0, "every key was set by the warm-up");
@@ -381,18 +370,7 @@ mod tests {
         );
         let r = run(
             mc.1,
-            &[
-                "--conns",
-                "5",
-                "--requests",
-                "4000",
-                "--pipeline",
-                "16",
-                "--multiget",
-                "3",
-                "--keys",
-                "500",
-            ],
+            "--conns 5 --requests 4000 --pipeline 16 --multiget 3 --keys 500",
         );
         assert_eq!(r.run.errors.total(), 0, "{:?}", r.run.samples);
         assert_eq!(r.run.ok, 4000);
@@ -410,7 +388,7 @@ mod tests {
         let t = Instant::now();
         let r = run(
             SocketAddr::from(([127, 0, 0, 1], port)),
-            &["--conns", "3", "--duration", "0.3"],
+            "--conns 3 --duration 0.3",
         );
         assert!(t.elapsed() < Duration::from_secs(10));
         assert_eq!(r.run.ok, 0);
