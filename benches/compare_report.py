@@ -159,7 +159,7 @@ def gnuplot(script, name):
     path = os.path.join(RUN, name + ".gp")
     with open(path, "w") as f:
         f.write(script)
-    r = subprocess.run(["gnuplot", path], cwd=RUN, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["gnuplot", name + ".gp"], cwd=RUN, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         sys.stderr.write(f"gnuplot {name}: {r.stderr}\n")
         return False
@@ -187,7 +187,8 @@ set boxwidth 0.7
 set ylabel "ops/s (median of the rounds)"
 set yrange [0:*]
 set grid ytics
-set xtics nomirror
+set xtics nomirror rotate by 20 right
+set bmargin 6
 set key off
 plot '{dat}' using 2:xtic(1) lc rgb '#4472c4', \\
      '' using 0:2:(sprintf("%.0fk", $2 / 1000)) with labels offset 0,0.8
@@ -212,7 +213,7 @@ def curve_plot(term):
         plots = ", ".join(f"'curve-{s}.dat' using 1:{col} with linespoints lw 2 title \"{NAMES[s]}\"" for s in systems)
         panels.append(f'set title "{label} latency"\nplot {plots}\n')
     png = "latency-vs-load.png"
-    ok = gnuplot(f"""set terminal {term} size 1500,480
+    ok = gnuplot(f"""set terminal {term} size 1500,520
 set output '{png}'
 set multiplot layout 1,3 title "Open loop: latency vs offered load (% of each system's own closed-loop maximum)"
 set logscale y
@@ -220,7 +221,7 @@ set xlabel "offered load, % of the system's max"
 set ylabel "µs (log scale)"
 set xrange [0:100]
 set grid
-set key top left
+set key below maxrows 2
 """ + "".join(panels) + "unset multiplot\n", "latency-vs-load")
     return png if ok else None
 
