@@ -504,6 +504,7 @@ SYSTEMS=(memcached twemproxy memshift redis)
 # --- machine --------------------------------------------------------------------
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')${MEMSHIFT_BIN:+ (memshift binary: $MEMSHIFT_BIN)}"
     echo "nproc: $(nproc)"
     echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)$(lscpu 2>/dev/null | awk -F': +' '/Hypervisor vendor/ {print ", hypervisor " $2}')"
     echo "kernel: $(uname -sr)"

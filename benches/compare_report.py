@@ -85,6 +85,20 @@ def curve_steps():
     return pcts
 
 
+def run_label():
+    """Names the run in every plot: its date and commit, from machine.txt."""
+    info = {}
+    try:
+        for line in open(os.path.join(RUN, "machine.txt")):
+            k, _, v = line.partition(":")
+            info[k.strip()] = v.strip()
+    except OSError:
+        return os.path.basename(os.path.normpath(RUN))
+    parts = [info.get("date", ""), info.get("commit", "")]
+    return "run " + ", ".join(p for p in parts if p)
+
+
+LABEL = run_label()
 out = []
 
 
@@ -179,7 +193,7 @@ def bar_plot(term, scen, title):
     png = f"throughput-{scen}.png"
     ok = gnuplot(f"""set terminal {term} size 900,420
 set output '{png}'
-set title "{title}"
+set title "{title}\\n{LABEL}"
 set style data histogram
 set style histogram clustered gap 1
 set style fill solid 0.85 border -1
@@ -215,7 +229,7 @@ def curve_plot(term):
     png = "latency-vs-load.png"
     ok = gnuplot(f"""set terminal {term} size 1500,520
 set output '{png}'
-set multiplot layout 1,3 title "Open loop: latency vs offered load (% of each system's own closed-loop maximum)"
+set multiplot layout 1,3 title "Open loop: latency vs offered load (% of each system's own closed-loop maximum)\\n{LABEL}"
 set logscale y
 set xlabel "offered load, % of the system's max"
 set ylabel "µs (log scale)"
