@@ -317,4 +317,42 @@ mod tests {
         assert!(p(&["--shape", "event-loop", "--threads", "2"]).is_err());
         assert!(p(&["--rate", "100", "--conns", "0"]).is_err());
     }
+
+    /// Every flag of BENCHMARKS.md's memshift-load table exists, and every
+    /// flag of the command line is in the table.
+    #[test]
+    fn the_documented_flags_are_the_real_ones() {
+        let page = include_str!("../../../BENCHMARKS.md");
+        let section = page
+            .split("### `memshift-load`: load generator")
+            .nth(1)
+            .and_then(|s| s.split("\n### ").next())
+            .expect("BENCHMARKS.md has the memshift-load section");
+        let mut documented = Vec::new();
+        for row in section.lines().filter(|l| l.starts_with("| `--")) {
+            let first_cell = row.split(" | ").next().unwrap_or_default();
+            for part in first_cell.split("--").skip(1) {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                documented.push(name);
+            }
+        }
+        let real: Vec<String> = Cli::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .filter(|l| l != "help" && l != "version")
+            .collect();
+        assert!(documented.len() >= 20, "{documented:?}");
+        for d in &documented {
+            assert!(real.contains(d), "--{d} is documented but not a flag");
+        }
+        for r in &real {
+            assert!(
+                documented.contains(r),
+                "--{r} is not in BENCHMARKS.md's table"
+            );
+        }
+    }
 }
