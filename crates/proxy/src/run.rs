@@ -11,6 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::admin::{self, AdminState};
 use crate::config::{Config, LogFormat};
 use crate::error::ProxyError;
+use crate::listener::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::router::{Migration, RedisBackends, Router};
@@ -96,8 +97,9 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
 
     let mut listeners = Vec::new();
-    if let Some(addr) = config.server.listen {
-        let listener = server::bind(addr).await?;
+    let mode = config.server.socket_mode();
+    if let Some(addr) = &config.server.listen {
+        let listener = Listener::bind(addr, mode).await?;
         tracing::info!(%addr, "memcached protocol listener ready");
         listeners.push(tokio::spawn(server::serve(
             listener,
@@ -107,8 +109,8 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
             drain,
         )));
     }
-    if let Some(addr) = config.server.resp_listen {
-        let listener = server::bind(addr).await?;
+    if let Some(addr) = &config.server.resp_listen {
+        let listener = Listener::bind(addr, mode).await?;
         tracing::info!(%addr, "RESP listener ready");
         listeners.push(tokio::spawn(server::serve_resp(
             listener,

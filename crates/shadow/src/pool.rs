@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::client::{self as enc, parse_reply, MetaStatus, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use memshift_pipeline::transport::BackendAddr;
 use tokio::sync::oneshot;
 
 use memshift_pipeline::{BackendError, Pipeline, Request};
@@ -548,7 +548,9 @@ async fn metadump(
     let mut attempt = 0;
     loop {
         let mut stream =
-            match tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr)).await {
+            match tokio::time::timeout(settings.connect_timeout, BackendAddr::parse(addr).connect())
+                .await
+            {
                 Ok(Ok(s)) => s,
                 Ok(Err(_)) => return Err(BackendError::Unavailable.into()),
                 Err(_) => return Err(BackendError::Timeout.into()),
