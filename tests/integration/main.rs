@@ -31,3 +31,4 @@ mod pymemcache;
 mod resp;
 mod shard_down;
 mod tls;
+mod unix;

@@ -37,7 +37,10 @@ impl Listener {
             source,
         };
         match addr {
-            ListenAddr::Tcp(a) => TcpListener::bind(a).await.map(Listener::Tcp).map_err(failed),
+            ListenAddr::Tcp(a) => TcpListener::bind(a)
+                .await
+                .map(Listener::Tcp)
+                .map_err(failed),
             ListenAddr::Unix(path) => {
                 let (listener, file) = bind_unix(path, mode).map_err(failed)?;
                 Ok(Listener::Unix {
@@ -150,8 +153,7 @@ pub fn check_bindable(addr: &ListenAddr) -> Result<(), String> {
         return Ok(());
     };
     let dir = path.parent().unwrap_or(Path::new("/"));
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| format!("directory {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("directory {}: {e}", dir.display()))?;
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
     }
@@ -172,6 +174,17 @@ pub fn check_bindable(addr: &ListenAddr) -> Result<(), String> {
             Err(_) => Ok(()),
         },
     }
+}
+
+/// `memshift check`: [`check_bindable`] for every unix-socket listener;
+/// the error names the key.
+pub fn check_unix_listeners(config: &crate::config::Config) -> Result<(), String> {
+    for (key, addr) in config.server.listeners() {
+        if let Some(addr) = addr {
+            check_bindable(addr).map_err(|e| format!("{key}: cannot listen on {addr}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// access(2) with W_OK|X_OK: the effective permissions of this process.
@@ -206,7 +219,9 @@ mod tests {
         // Held by a live listener: refused, file untouched.
         let err = Listener::bind(&unix(&path), 0o700).await.err().unwrap();
         assert!(err.to_string().contains("already in use"), "{err}");
-        assert!(check_bindable(&unix(&path)).unwrap_err().contains("already in use"));
+        assert!(check_bindable(&unix(&path))
+            .unwrap_err()
+            .contains("already in use"));
         drop(first);
         assert!(!path.exists(), "removed on drop");
         assert!(check_bindable(&unix(&path)).is_ok());

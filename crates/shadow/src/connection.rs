@@ -6,11 +6,11 @@
 use std::marker::PhantomData;
 
 use bytes::BytesMut;
+use memshift_pipeline::transport::{BackendAddr, ReadHalf, WriteHalf};
 use memshift_pipeline::{
     BackendError, Codec, ConnectError, Connector, DecodeError, Delivery, Event,
 };
 use memshift_protocol::memcache::client::{parse_reply, Response};
-use memshift_pipeline::transport::{BackendAddr, ReadHalf, WriteHalf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::reply::{LegacyError, LegacyReply, ReplyShape, ReplyTo, TaggedReply};

@@ -18,9 +18,9 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use memshift_pipeline::transport::BackendAddr;
 use memshift_protocol::memcache::client::{self as enc, parse_reply, MetaStatus, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use memshift_pipeline::transport::BackendAddr;
 use tokio::sync::oneshot;
 
 use memshift_pipeline::{BackendError, Pipeline, Request};
@@ -547,14 +547,16 @@ async fn metadump(
     let idle = settings.timeout.max(METADUMP_IDLE);
     let mut attempt = 0;
     loop {
-        let mut stream =
-            match tokio::time::timeout(settings.connect_timeout, BackendAddr::parse(addr).connect())
-                .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(_)) => return Err(BackendError::Unavailable.into()),
-                Err(_) => return Err(BackendError::Timeout.into()),
-            };
+        let mut stream = match tokio::time::timeout(
+            settings.connect_timeout,
+            BackendAddr::parse(addr).connect(),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => return Err(BackendError::Unavailable.into()),
+            Err(_) => return Err(BackendError::Timeout.into()),
+        };
         let mut cmd = BytesMut::new();
         enc::lru_crawler_metadump_all(&mut cmd);
         stream

@@ -103,9 +103,7 @@ mod tests {
         assert!(ListenAddr::parse("unix:m.sock")
             .unwrap_err()
             .contains("absolute"));
-        assert!(ListenAddr::parse("unix:")
-            .unwrap_err()
-            .contains("absolute"));
+        assert!(ListenAddr::parse("unix:").unwrap_err().contains("absolute"));
         let long = format!("unix:/{}", "a".repeat(120));
         assert!(ListenAddr::parse(&long).unwrap_err().contains("longer"));
         assert!(ListenAddr::parse("localhost").is_err());

@@ -60,8 +60,7 @@ fn server(c: &Config) -> Check {
         (false, _) => {}
     }
     resp(c)?;
-    parse_socket_mode(&s.unix_socket_mode)
-        .map_err(|e| format!("server.unix_socket_mode: {e}"))?;
+    parse_socket_mode(&s.unix_socket_mode).map_err(|e| format!("server.unix_socket_mode: {e}"))?;
     at_least("server.max_connections", s.max_connections as u64, 1)?;
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&s.max_item_size) {
         return Err(format!(
@@ -148,7 +147,10 @@ fn admin(c: &Config) -> Check {
     listen_port("admin.listen", c.admin.listen.map(ListenAddr::Tcp).as_ref())?;
     if let Some(a) = c.admin.listen {
         let used = c.server.listeners();
-        if used.iter().any(|(_, l)| l.and_then(ListenAddr::tcp) == Some(a)) {
+        if used
+            .iter()
+            .any(|(_, l)| l.and_then(ListenAddr::tcp) == Some(a))
+        {
             return Err(format!(
                 "admin.listen: {a} is already used by a server listener"
             ));
@@ -214,9 +216,11 @@ fn redis(c: &Config) -> Check {
     let mut ids: HashMap<&str, usize> = HashMap::new();
     for (i, s) in r.shards.iter().enumerate() {
         let key = format!("redis.shards[{i}]");
-        check_backend_addr(&s.addr)
-            .map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
-        if r.tls && s.addr.starts_with(memshift_pipeline::transport::UNIX_PREFIX) {
+        check_backend_addr(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
+        if r.tls
+            && s.addr
+                .starts_with(memshift_pipeline::transport::UNIX_PREFIX)
+        {
             return Err(format!(
                 "{key}: redis.tls is on, but {:?} is a unix socket (TLS is for TCP shards; a unix socket never leaves the host)",
                 s.addr
@@ -364,8 +368,7 @@ fn memcached(c: &Config) -> Check {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, s) in m.servers.iter().enumerate() {
         let key = format!("memcached.servers[{i}]");
-        check_backend_addr(&s.addr)
-            .map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
+        check_backend_addr(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
         check_weight(&key, s.weight)?;
         if let Some(j) = seen.insert(&s.addr, i) {
             return Err(format!(

@@ -28,9 +28,7 @@ pub mod shard;
 mod tests;
 
 pub use families::*;
-pub use labels::{
-    Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult, Transport,
-};
+pub use labels::{Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult, Transport};
 pub use shard::ShardMetrics;
 
 use durations::Durations;
@@ -126,9 +124,8 @@ impl Metrics {
             client_connections_total: counter(r, CLIENT_CONNECTIONS_TOTAL, &[]),
             transport_connections: Transport::ALL
                 .map(|t| gauge(r, TRANSPORT_CONNECTIONS, &[("transport", t.as_str())])),
-            transport_connections_total: Transport::ALL.map(|t| {
-                counter(r, TRANSPORT_CONNECTIONS_TOTAL, &[("transport", t.as_str())])
-            }),
+            transport_connections_total: Transport::ALL
+                .map(|t| counter(r, TRANSPORT_CONNECTIONS_TOTAL, &[("transport", t.as_str())])),
             rejected_connections: counter(r, REJECTED_CONNECTIONS, &[]),
             slow_consumers: counter(r, SLOW_CONSUMERS, &[]),
             drain_aborted: counter(r, DRAIN_ABORTED, &[]),

@@ -331,8 +331,14 @@ fn connections_gauge_goes_up_and_down() {
     };
     assert_eq!(by_transport("memshift_transport_connections", "tcp"), 0.0);
     assert_eq!(by_transport("memshift_transport_connections", "unix"), 1.0);
-    assert_eq!(by_transport("memshift_transport_connections_total", "tcp"), 1.0);
-    assert_eq!(by_transport("memshift_transport_connections_total", "unix"), 1.0);
+    assert_eq!(
+        by_transport("memshift_transport_connections_total", "tcp"),
+        1.0
+    );
+    assert_eq!(
+        by_transport("memshift_transport_connections_total", "unix"),
+        1.0
+    );
     assert_eq!(value(&text, "memshift_rejected_connections_total"), 1.0);
     assert_eq!(value(&text, "memshift_slow_consumers_total"), 1.0);
     assert_eq!(

@@ -10,11 +10,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use memshift_pipeline::transport::{self, BackendAddr};
 use memshift_pipeline::{
     BackendError, Broken, Codec, ConnectError, Connector, DecodeError, Delivery, Event,
 };
 use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
-use memshift_pipeline::transport::{self, BackendAddr};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 

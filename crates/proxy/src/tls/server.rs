@@ -9,11 +9,11 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use memshift_pipeline::transport::Stream;
 use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use memshift_pipeline::transport::Stream;
 use tokio_rustls::TlsAcceptor;
 
 use super::{load_certs, load_key, provider, roots, TlsError, VERSIONS};
@@ -219,8 +219,8 @@ mod tests {
     use rustls::ClientConfig;
     use std::path::PathBuf;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio_rustls::TlsConnector;
     use tokio::net::TcpStream;
+    use tokio_rustls::TlsConnector;
 
     fn tls_config(cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> TlsConfig {
         TlsConfig {

@@ -1,0 +1,224 @@
+//! The socket file: mode, stale replacement, refusal while a live process
+//! holds it, removal on exit, bad paths (at start and in `memshift check`),
+//! and the per-transport connection metrics.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use memshift_tests::ops_support::metric;
+use memshift_tests::{memshift_bin, require_tools, run_with_timeout, CommandOutput, McClient};
+
+use super::{config, socket_dir, unix, UnixProxy};
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .expect("stat the socket")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// `memshift <args> --config FILE` with `toml` written into `dir`; as user
+/// `nobody` when `as_nobody` (needs root: the permission tests).
+fn run_memshift(dir: &Path, args: &[&str], toml: &str, as_nobody: bool) -> CommandOutput {
+    let path = dir.join("memshift.toml");
+    std::fs::write(&path, toml).expect("write config");
+    let mut cmd = if as_nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(memshift_bin());
+        c
+    } else {
+        Command::new(memshift_bin())
+    };
+    cmd.args(args)
+        .arg("--config")
+        .arg(&path)
+        .env("NO_COLOR", "1");
+    run_with_timeout(cmd, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// memshift must refuse to start on `toml` with one line naming the socket
+/// and `reason`, and `memshift check` must report it too (`check_reason`).
+fn assert_fails_at_start_and_in_check(
+    dir: &Path,
+    toml: &str,
+    (reason, check_reason): (&str, &str),
+    as_nobody: bool,
+) {
+    let out = run_memshift(dir, &[], toml, as_nobody);
+    assert!(!out.status.success(), "memshift started:\n{}", out.stderr);
+    let last = out.stderr.trim_end().lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("memshift: ")
+            && last.contains("cannot listen on unix:")
+            && last.contains(reason),
+        "last stderr line {last:?} should say it cannot listen ({reason}); stderr:\n{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+
+    let check = run_memshift(dir, &["check"], toml, as_nobody);
+    assert!(!check.status.success(), "check passed:\n{}", check.stdout);
+    let lines: Vec<&str> = check.stderr.trim_end().lines().collect();
+    assert_eq!(lines.len(), 1, "one line from check: {lines:?}");
+    assert!(
+        lines[0].contains("server.listen: cannot listen on unix:")
+            && lines[0].contains(check_reason),
+        "check said {:?}, expected {check_reason:?}",
+        lines[0]
+    );
+}
+
+/// An unreachable shard is fine: the listener is bound (or not) first.
+const NO_SHARD: &str = "127.0.0.1:1";
+
+#[test]
+fn unix_socket_mode_is_applied_and_connections_are_counted_by_transport() {
+    if !require_tools("unix_socket_mode", &["redis-server"]) {
+        return;
+    }
+    let proxy = UnixProxy::start("unix_socket_mode = \"0660\"\n");
+    assert_eq!(mode_of(&proxy.path), 0o660);
+    let mut c = McClient::connect(&proxy.addr()).expect("connect over the socket");
+    c.set("unix:k", b"v").expect("set");
+    assert_eq!(c.get("unix:k").expect("get"), Some(b"v".to_vec()));
+    let gauge = |t: &str| {
+        metric(
+            proxy.admin_port,
+            &format!("memshift_transport_connections{{transport=\"{t}\"}}"),
+        )
+    };
+    assert_eq!(gauge("unix"), 1.0);
+    assert_eq!(gauge("tcp"), 0.0);
+    assert_eq!(
+        metric(
+            proxy.admin_port,
+            "memshift_transport_connections_total{transport=\"unix\"}"
+        ),
+        // The harness' readiness probe connected once too.
+        2.0
+    );
+    drop(c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gauge("unix") != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unix gauge never went back to 0"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stale_socket_file_is_replaced_and_the_file_is_removed_on_sigterm() {
+    if !require_tools("stale_socket", &["redis-server"]) {
+        return;
+    }
+    let dir = socket_dir();
+    let path = dir.path().join("memshift.sock");
+    // What a killed previous run leaves: a socket file nobody listens on.
+    drop(UnixListener::bind(&path).expect("bind"));
+    assert!(path.exists());
+    let shard = memshift_tests::RedisServer::start();
+    let (mut memshift, _) = super::memshift_on(&unix(&path), &[shard.addr()], "");
+    assert_eq!(mode_of(&path), 0o700, "default unix_socket_mode");
+    assert!(memshift
+        .stderr()
+        .contains("removing a stale unix socket file"));
+    McClient::connect(&unix(&path))
+        .expect("connect")
+        .set("k", b"v")
+        .expect("set");
+    memshift.sigterm();
+    let status = memshift
+        .wait_exit(Duration::from_secs(30))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    assert!(!path.exists(), "the socket file is removed on a clean exit");
+}
+
+#[test]
+fn the_socket_file_is_removed_on_sigint() {
+    if !require_tools("sigint_removal", &["redis-server"]) {
+        return;
+    }
+    let mut proxy = UnixProxy::start("");
+    assert!(proxy.path.exists());
+    proxy.memshift.signal(libc::SIGINT);
+    let status = proxy
+        .memshift
+        .wait_exit(Duration::from_secs(30))
+        .expect("exits on SIGINT");
+    assert!(status.success(), "{status}");
+    assert!(!proxy.path.exists(), "the socket file is removed on SIGINT");
+}
+
+#[test]
+fn a_socket_held_by_a_live_process_is_refused() {
+    let dir = socket_dir();
+    let path = dir.path().join("held.sock");
+    let holder = UnixListener::bind(&path).expect("bind");
+    let toml = config(
+        &unix(&path),
+        memshift_tests::free_port(),
+        &[NO_SHARD.into()],
+        "",
+    );
+    let reason = "already in use";
+    assert_fails_at_start_and_in_check(dir.path(), &toml, (reason, reason), false);
+    // Left alone: the holder still serves on its file.
+    assert!(path.exists());
+    std::os::unix::net::UnixStream::connect(&path).expect("the holder still accepts");
+    drop(holder);
+}
+
+#[test]
+fn a_missing_directory_is_refused() {
+    let dir = socket_dir();
+    let path = dir.path().join("no-such-dir").join("m.sock");
+    let toml = config(
+        &unix(&path),
+        memshift_tests::free_port(),
+        &[NO_SHARD.into()],
+        "",
+    );
+    assert_fails_at_start_and_in_check(
+        dir.path(),
+        &toml,
+        ("No such file or directory", "no-such-dir"),
+        false,
+    );
+}
+
+#[test]
+fn a_directory_without_write_permission_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && !require_tools("no_permission", &["setpriv"]) {
+        return;
+    }
+    let dir = socket_dir();
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).expect("mkdir");
+    // Root ignores modes: the test then runs memshift as `nobody`, for whom
+    // a root-owned 0755 directory is not writable.
+    let mode = if root { 0o755 } else { 0o555 };
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    let toml = config(
+        &unix(&locked.join("m.sock")),
+        memshift_tests::free_port(),
+        &[NO_SHARD.into()],
+        "",
+    );
+    assert_fails_at_start_and_in_check(
+        dir.path(),
+        &toml,
+        ("Permission denied", "no permission"),
+        root,
+    );
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).expect("chmod back");
+}
