@@ -180,9 +180,7 @@ pub fn check_bindable(addr: &ListenAddr) -> Result<(), String> {
 /// the error names the key.
 pub fn check_unix_listeners(config: &crate::config::Config) -> Result<(), String> {
     for (key, addr) in config.server.listeners() {
-        if let Some(addr) = addr {
-            check_bindable(addr).map_err(|e| format!("{key}: cannot listen on {addr}: {e}"))?;
-        }
+        check_bindable(addr).map_err(|e| format!("{key}: cannot listen on {addr}: {e}"))?;
     }
     Ok(())
 }

@@ -99,7 +99,7 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
 
     let mut listeners = Vec::new();
     let mode = config.server.socket_mode();
-    if let Some(addr) = &config.server.listen {
+    for addr in &config.server.listen {
         let listener = Listener::bind(addr, mode).await?;
         tracing::info!(%addr, "memcached protocol listener ready");
         listeners.push(tokio::spawn(server::serve(

@@ -117,4 +117,60 @@ mod tests {
             assert!(parse_socket_mode(bad).is_err(), "{bad}");
         }
     }
+
+    fn load(toml: &str) -> Result<crate::config::Config, String> {
+        crate::config::Config::from_toml_str(toml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn listen_takes_tcp_and_unix_side_by_side_and_check_renders_them_back() {
+        let c = load(
+            "[server]\nlisten = [\"127.0.0.1:11211\", \"unix:/tmp/m.sock\"]\n\
+             resp_listen = \"unix:/tmp/r.sock\"\nunix_socket_mode = \"0660\"\n\
+             [redis]\nshards = [\"unix:/run/redis.sock\", \"10.0.0.1:6379\"]\n\
+             [memcached]\nservers = [\"unix:/run/mc.sock\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.listen.len(), 2);
+        assert_eq!(c.server.listen[1], ListenAddr::Unix("/tmp/m.sock".into()));
+        assert_eq!(c.server.socket_mode(), 0o660);
+        let rendered = c.render_resolved();
+        assert!(rendered.contains(r#"listen = ["127.0.0.1:11211", "unix:/tmp/m.sock"]"#));
+        assert_eq!(load(&rendered).unwrap(), c, "check's output parses back");
+    }
+
+    #[test]
+    fn bad_unix_settings_name_their_key() {
+        let shard = "[redis]\nshards = [\"a:1\"]\n";
+        for (toml, want) in [
+            (
+                format!("[server]\nlisten = \"unix:rel.sock\"\n{shard}"),
+                "server.listen",
+            ),
+            (
+                format!("[server]\nlisten = [\"unix:/a\", \"unix:/a\"]\n{shard}"),
+                "listed twice",
+            ),
+            (
+                format!("[server]\nlisten = \"unix:/a\"\nunix_socket_mode = \"999\"\n{shard}"),
+                "server.unix_socket_mode",
+            ),
+            (
+                "[server]\nlisten = \"unix:/a\"\n[redis]\nshards = [\"unix:x\"]\n".into(),
+                "redis.shards[0]",
+            ),
+            (
+                "[server]\nlisten = \"unix:/a\"\n[redis]\ntls = true\nshards = [\"unix:/r.sock\"]\n"
+                    .into(),
+                "unix socket",
+            ),
+            (
+                format!("[server]\nlisten = \"unix:/a\"\n{shard}[memcached]\nservers = [\"unix:\"]\n"),
+                "memcached.servers[0]",
+            ),
+        ] {
+            let e = load(&toml).unwrap_err();
+            assert!(e.contains(want), "{toml:?}: {e}");
+        }
+    }
 }

@@ -11,7 +11,13 @@ pub(super) fn render(c: &Config) -> String {
     let mut o = Out(String::new());
     let s = &c.server;
     o.section("server");
-    o.addr("listen", s.listen.as_ref());
+    match s.listen.as_slice() {
+        [one] => o.str("listen", &one.to_string()),
+        many => {
+            let quoted: Vec<String> = many.iter().map(|a| quote(&a.to_string())).collect();
+            o.line(&format!("listen = [{}]", quoted.join(", ")));
+        }
+    }
     o.addr("tls_listen", s.tls_listen.as_ref());
     o.raw("max_connections", s.max_connections);
     o.raw("max_item_size", s.max_item_size);

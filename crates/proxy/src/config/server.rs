@@ -12,9 +12,10 @@ use super::listen::ListenAddr;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Plaintext memcached protocol listener: `"ip:port"` or `"unix:/path"`.
+    /// Plaintext memcached protocol listeners: `"ip:port"` or `"unix:/path"`,
+    /// or an array of them (TCP and a unix socket side by side).
     #[serde(deserialize_with = "de_server_listen")]
-    pub listen: Option<ListenAddr>,
+    pub listen: Vec<ListenAddr>,
     /// Memcached protocol over TLS 1.3.
     #[serde(deserialize_with = "de_server_tls_listen")]
     pub tls_listen: Option<ListenAddr>,
@@ -63,13 +64,16 @@ impl ServerConfig {
     }
 
     /// Every configured client listener with its key, in a fixed order.
-    pub fn listeners(&self) -> [(&'static str, Option<&ListenAddr>); 4] {
-        [
-            ("server.listen", self.listen.as_ref()),
-            ("server.tls_listen", self.tls_listen.as_ref()),
-            ("server.resp_listen", self.resp_listen.as_ref()),
-            ("server.resp_tls_listen", self.resp_tls_listen.as_ref()),
-        ]
+    pub fn listeners(&self) -> Vec<(&'static str, &ListenAddr)> {
+        let one = [
+            ("server.tls_listen", &self.tls_listen),
+            ("server.resp_listen", &self.resp_listen),
+            ("server.resp_tls_listen", &self.resp_tls_listen),
+        ];
+        let listen = self.listen.iter().map(|a| ("server.listen", a));
+        listen
+            .chain(one.into_iter().filter_map(|(k, a)| Some((k, a.as_ref()?))))
+            .collect()
     }
 
     /// The worker thread count `threads` resolves to (0: one per core).
@@ -85,7 +89,7 @@ impl ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: None,
+            listen: Vec::new(),
             tls_listen: None,
             max_connections: 100_000,
             max_item_size: 1024 * 1024,
@@ -206,9 +210,32 @@ macro_rules! listen_fields {
     )*};
 }
 listen_fields!(parse_client_listen -> ListenAddr:
-    de_server_listen => "server.listen",
     de_server_tls_listen => "server.tls_listen",
     de_server_resp_listen => "server.resp_listen",
     de_server_resp_tls_listen => "server.resp_tls_listen",
 );
 listen_fields!(parse_listen -> SocketAddr: de_admin_listen => "admin.listen");
+
+/// `server.listen`: one address (`""`: none) or an array of them.
+fn de_server_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ListenAddr>, D::Error> {
+    struct V;
+    impl<'de> de::Visitor<'de> for V {
+        type Value = Vec<ListenAddr>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or an array of strings")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<ListenAddr>, E> {
+            Ok(parse_client_listen("server.listen", s)?
+                .into_iter()
+                .collect())
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<ListenAddr>, A::Error> {
+            let mut all = Vec::new();
+            while let Some(s) = seq.next_element::<String>()? {
+                all.extend(parse_client_listen("server.listen", &s)?);
+            }
+            Ok(all)
+        }
+    }
+    d.deserialize_any(V)
+}

@@ -36,12 +36,17 @@ pub(super) fn validate(c: &Config) -> Check {
 
 fn server(c: &Config) -> Check {
     let s = &c.server;
-    if s.listen.is_none() && s.tls_listen.is_none() {
+    if s.listen.is_empty() && s.tls_listen.is_none() {
         return Err("server: neither listen nor tls_listen is set; set at least one (e.g. listen = \"127.0.0.1:11211\")".into());
     }
-    listen_port("server.listen", s.listen.as_ref())?;
+    for (i, a) in s.listen.iter().enumerate() {
+        listen_port("server.listen", Some(a))?;
+        if s.listen[..i].contains(a) {
+            return Err(format!("server.listen: {a} is listed twice"));
+        }
+    }
     listen_port("server.tls_listen", s.tls_listen.as_ref())?;
-    if s.listen.is_some() && s.listen == s.tls_listen {
+    if s.tls_listen.as_ref().is_some_and(|a| s.listen.contains(a)) {
         return Err("server.tls_listen: same address as server.listen".into());
     }
     if s.tls_listen.is_some() && c.tls.is_none() {
@@ -105,7 +110,7 @@ fn resp(c: &Config) -> Check {
         ("server.resp_tls_listen", &s.resp_tls_listen),
     ] {
         if let Some(a) = addr {
-            if Some(a) == s.listen.as_ref() || Some(a) == s.tls_listen.as_ref() {
+            if s.listen.contains(a) || Some(a) == s.tls_listen.as_ref() {
                 return Err(format!(
                     "{key}: {a} is already used by a memcached listener"
                 ));
@@ -120,7 +125,7 @@ fn resp(c: &Config) -> Check {
     }
     if s.resp_listen.is_some()
         && s.tls_listen.is_some()
-        && s.listen.is_none()
+        && s.listen.is_empty()
         && s.resp_password.is_none()
     {
         return Err("server.resp_listen: the memcached side is TLS-only, so a plaintext RESP listener would be an open door; set server.resp_password or use server.resp_tls_listen".into());
@@ -147,10 +152,7 @@ fn admin(c: &Config) -> Check {
     listen_port("admin.listen", c.admin.listen.map(ListenAddr::Tcp).as_ref())?;
     if let Some(a) = c.admin.listen {
         let used = c.server.listeners();
-        if used
-            .iter()
-            .any(|(_, l)| l.and_then(ListenAddr::tcp) == Some(a))
-        {
+        if used.iter().any(|(_, l)| l.tcp() == Some(a)) {
             return Err(format!(
                 "admin.listen: {a} is already used by a server listener"
             ));
