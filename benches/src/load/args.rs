@@ -12,7 +12,7 @@ memshift-load: memcached text protocol load generator
 USAGE: memshift-load [OPTIONS]
 
 Target
-  --addr HOST:PORT       server to load [127.0.0.1:11211]
+  --addr HOST:PORT       server to load [127.0.0.1:11211]; unix:/path for a unix socket
   --protocol P           memcache | binary (memcached's binary protocol) |
                          redis (RESP GET/SET/MGET, to load Redis directly
                          with the same generator) [memcache]
@@ -56,6 +56,8 @@ Runtime and output
 #[derive(Debug, Clone)]
 pub struct Args {
     pub addr: SocketAddr,
+    /// `--addr unix:/path`: load a unix-domain socket instead of `addr`.
+    pub unix: Option<std::path::PathBuf>,
     pub protocol: Protocol,
     pub conns: usize,
     pub pipeline: usize,
@@ -83,6 +85,7 @@ impl Default for Args {
     fn default() -> Self {
         Args {
             addr: SocketAddr::from(([127, 0, 0, 1], 11211)),
+            unix: None,
             protocol: Protocol::Memcache,
             conns: 50,
             pipeline: 1,
@@ -154,7 +157,10 @@ pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Parsed, String> 
             "-h" | "--help" => return Ok(Parsed::Help),
             "--addr" => {
                 let v = value()?;
-                a.addr = resolve(&v).map_err(|e| format!("--addr {v:?}: {e}"))?;
+                match v.strip_prefix("unix:") {
+                    Some(path) => a.unix = Some(path.into()),
+                    None => a.addr = resolve(&v).map_err(|e| format!("--addr {v:?}: {e}"))?,
+                }
             }
             "--protocol" => {
                 a.protocol = match value()?.as_str() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::Interest;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream, UnixStream};
 use tokio::sync::Notify;
 
 use super::keys::KeyGen;
@@ -113,7 +113,7 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Paci
         mode,
     };
     loop {
-        let stream = match connect(a.addr, None, a.timeout).await {
+        let stream = match connect_to(&a, None).await {
             Ok(s) => s,
             Err(e) => {
                 c.stats.errors.connect_failures += 1;
@@ -160,6 +160,52 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Paci
         }
     }
     c.stats
+}
+
+/// A connection to the server under load: TCP, or a unix-domain socket
+/// (`--addr unix:/path`). The calls `drive` makes, passed to either.
+pub enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+macro_rules! on_sock {
+    ($s:expr, $x:ident => $e:expr) => {
+        match $s {
+            Sock::Tcp($x) => $e,
+            Sock::Unix($x) => $e,
+        }
+    };
+}
+
+impl Sock {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        on_sock!(self, s => s.try_write(buf))
+    }
+    fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        on_sock!(self, s => s.try_read_buf(buf))
+    }
+    fn try_io<R>(&self, i: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        on_sock!(self, s => s.try_io(i, f))
+    }
+    async fn readable(&self) -> io::Result<()> {
+        on_sock!(self, s => s.readable().await)
+    }
+    async fn writable(&self) -> io::Result<()> {
+        on_sock!(self, s => s.writable().await)
+    }
+}
+
+/// Connects to `a.unix` when set, else to `a.addr` (from `local`, see
+/// [`connect`]).
+pub async fn connect_to(a: &Args, local: Option<SocketAddr>) -> io::Result<Sock> {
+    match &a.unix {
+        Some(path) => tokio::time::timeout(a.timeout, UnixStream::connect(path))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+            .map(Sock::Unix),
+        None => connect(a.addr, local, a.timeout).await.map(Sock::Tcp),
+    }
 }
 
 /// Connects with a timeout; `local` binds the source address first (to use
@@ -234,7 +280,7 @@ struct Conn {
 }
 
 impl Conn {
-    async fn drive(&mut self, s: &TcpStream) -> Result<(), Failure> {
+    async fn drive(&mut self, s: &Sock) -> Result<(), Failure> {
         let timeout = self.shared.args.timeout;
         loop {
             let now = Instant::now();
@@ -495,7 +541,7 @@ impl Conn {
 }
 
 /// Sends one probe (`version` / `PING`) and waits for its reply.
-pub async fn probe(s: &TcpStream, enc: &Encoder, timeout: Duration) -> Result<(), String> {
+pub async fn probe(s: &Sock, enc: &Encoder, timeout: Duration) -> Result<(), String> {
     let mut req = Vec::new();
     enc.probe(&mut req);
     let fut = async {
