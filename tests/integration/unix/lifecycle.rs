@@ -222,3 +222,45 @@ fn a_directory_without_write_permission_is_refused() {
     );
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).expect("chmod back");
 }
+
+/// The connection limit and the idle timeout hold over the socket as over
+/// TCP: the second client gets memcached's error and a close, an idle one
+/// is closed.
+#[test]
+fn connection_limit_and_idle_timeout_hold_over_the_socket() {
+    if !require_tools("unix_limits", &["redis-server"]) {
+        return;
+    }
+    let proxy = UnixProxy::start("max_connections = 1\nidle_timeout_ms = 1500\n");
+    let gauge = || metric(proxy.admin_port, "memshift_client_connections");
+    // The start-up probe's connection must be gone before counting.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gauge() != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the probe connection never closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut first = McClient::connect(&proxy.addr()).expect("connect");
+    assert!(first
+        .request(b"version\r\n")
+        .expect("version")
+        .starts_with(b"VERSION "));
+    let mut second = McClient::connect(&proxy.addr()).expect("connect");
+    let (bytes, closed) =
+        second.read_until_closed_or_idle(Duration::from_secs(5), Duration::from_secs(10));
+    assert_eq!(bytes, b"ERROR Too many open connections\r\n");
+    assert!(closed, "the connection over the limit is closed");
+    assert_eq!(
+        metric(proxy.admin_port, "memshift_rejected_connections_total"),
+        1.0
+    );
+    // Now silent: closed by idle_timeout_ms.
+    let (bytes, closed) =
+        first.read_until_closed_or_idle(Duration::from_secs(10), Duration::from_secs(10));
+    assert!(
+        closed && bytes.is_empty(),
+        "the idle client was not closed: {bytes:?}"
+    );
+}
