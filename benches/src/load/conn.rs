@@ -113,7 +113,7 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Paci
         mode,
     };
     loop {
-        let stream = match connect_to(&a, None).await {
+        let stream = match connect_to(a, None).await {
             Ok(s) => s,
             Err(e) => {
                 c.stats.errors.connect_failures += 1;
