@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use memshift_tests::ops_support::metric;
+use memshift_tests::ops_support::{metric, wait_until};
 use memshift_tests::{memshift_bin, require_tools, run_with_timeout, CommandOutput, McClient};
 
 use super::{config, socket_dir, unix, UnixProxy};
@@ -73,8 +73,26 @@ fn assert_fails_at_start_and_in_check(
     );
 }
 
-/// An unreachable shard is fine: the listener is bound (or not) first.
-const NO_SHARD: &str = "127.0.0.1:1";
+/// A config listening on the unix socket at `path`, over an unreachable
+/// shard: fine, the listener is bound (or not) first.
+fn unbound_config(path: &Path) -> String {
+    config(
+        &unix(path),
+        memshift_tests::free_port(),
+        &["127.0.0.1:1".into()],
+        "",
+    )
+}
+
+/// Waits (up to 10 s) until `series` on the admin endpoint reads `want`.
+fn wait_metric(admin_port: u16, series: &str, want: f64) {
+    wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        series,
+        || (metric(admin_port, series) == want).then_some(()),
+    );
+}
 
 #[test]
 fn unix_socket_mode_is_applied_and_connections_are_counted_by_transport() {
@@ -103,14 +121,8 @@ fn unix_socket_mode_is_applied_and_connections_are_counted_by_transport() {
         2.0
     );
     drop(c);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while gauge("unix") != 0.0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "unix gauge never went back to 0"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let unix_gauge = "memshift_transport_connections{transport=\"unix\"}";
+    wait_metric(proxy.admin_port, unix_gauge, 0.0);
 }
 
 #[test]
@@ -162,12 +174,7 @@ fn a_socket_held_by_a_live_process_is_refused() {
     let dir = socket_dir();
     let path = dir.path().join("held.sock");
     let holder = UnixListener::bind(&path).expect("bind");
-    let toml = config(
-        &unix(&path),
-        memshift_tests::free_port(),
-        &[NO_SHARD.into()],
-        "",
-    );
+    let toml = unbound_config(&path);
     let reason = "already in use";
     assert_fails_at_start_and_in_check(dir.path(), &toml, (reason, reason), false);
     // Left alone: the holder still serves on its file.
@@ -180,12 +187,7 @@ fn a_socket_held_by_a_live_process_is_refused() {
 fn a_missing_directory_is_refused() {
     let dir = socket_dir();
     let path = dir.path().join("no-such-dir").join("m.sock");
-    let toml = config(
-        &unix(&path),
-        memshift_tests::free_port(),
-        &[NO_SHARD.into()],
-        "",
-    );
+    let toml = unbound_config(&path);
     assert_fails_at_start_and_in_check(
         dir.path(),
         &toml,
@@ -208,12 +210,7 @@ fn a_directory_without_write_permission_is_refused() {
     // a root-owned 0755 directory is not writable.
     let mode = if root { 0o755 } else { 0o555 };
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(mode)).expect("chmod");
-    let toml = config(
-        &unix(&locked.join("m.sock")),
-        memshift_tests::free_port(),
-        &[NO_SHARD.into()],
-        "",
-    );
+    let toml = unbound_config(&locked.join("m.sock"));
     assert_fails_at_start_and_in_check(
         dir.path(),
         &toml,
@@ -232,16 +229,8 @@ fn connection_limit_and_idle_timeout_hold_over_the_socket() {
         return;
     }
     let proxy = UnixProxy::start("max_connections = 1\nidle_timeout_ms = 1500\n");
-    let gauge = || metric(proxy.admin_port, "memshift_client_connections");
     // The start-up probe's connection must be gone before counting.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while gauge() != 0.0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the probe connection never closed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_metric(proxy.admin_port, "memshift_client_connections", 0.0);
     let mut first = McClient::connect(&proxy.addr()).expect("connect");
     assert!(first
         .request(b"version\r\n")
