@@ -178,3 +178,42 @@ fn wait_for(path: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `tls_listen` on a unix socket: the TLS 1.3 handshake and requests run
+/// over it as over TCP.
+#[test]
+fn tls_over_the_unix_socket() {
+    use memshift_tests::tls::{ClientOpts, Pki, TlsConn};
+    if !require_tools("tls_unix", &["redis-server"]) {
+        return;
+    }
+    let pki = Pki::new("unix");
+    let cert = pki.issue("memshift", &["127.0.0.1"]);
+    let dir = super::socket_dir();
+    let tls_sock = dir.path().join("tls.sock");
+    let shard = memshift_tests::RedisServer::start();
+    let config = super::config(
+        &unix(&dir.path().join("plain.sock")),
+        memshift_tests::free_port(),
+        &[shard.addr()],
+        &format!("tls_listen = \"{}\"\n", unix(&tls_sock)),
+    ) + &format!(
+        "\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        cert.cert.display(),
+        cert.key.display()
+    );
+    let memshift = memshift_tests::Memshift::start(&config);
+    wait_for(&tls_sock);
+    let ca = pki.ca_cert();
+    let opts = ClientOpts {
+        ca: Some(&ca),
+        ..ClientOpts::default()
+    };
+    let mut c = TlsConn::connect(&unix(&tls_sock), &opts).expect("TLS over the socket");
+    let stored = c
+        .request_str(b"set tls:k 0 0 1\r\nv\r\n", b"\r\n")
+        .expect("set");
+    assert_eq!(stored, "STORED\r\n", "{}", memshift.stderr());
+    let got = c.request_str(b"get tls:k\r\n", b"END\r\n").expect("get");
+    assert_eq!(got, "VALUE tls:k 0 1\r\nv\r\nEND\r\n");
+}
