@@ -789,7 +789,7 @@ if [ "${CLUSTER_BENCH:-1}" = 1 ]; then
         done
     done
     # (no RESP listener: the first memshift holds that port)
-    sed -e "s/127.0.0.1:$MS_PORT/127.0.0.1:$MSC_PORT/" -e '/^resp_listen = /d' \
+    sed -e "s|^listen = \\[.*|listen = \"127.0.0.1:$MSC_PORT\"|" -e '/^resp_listen = /d' \
         -e "s|^shards = .*|mode = \"cluster\"\ncluster_nodes = [\"127.0.0.1:${C_PORTS[0]}\", \"127.0.0.1:${C_PORTS[1]}\"]|" \
         "$WORK/memshift.toml" >"$WORK/memshift-cluster.toml"
     cp "$WORK/memshift-cluster.toml" "$OUT/memshift-cluster.toml"
@@ -873,7 +873,9 @@ fi
 # A second memshift over the same (prefilled) shards with the near cache on;
 # zipf 0.99 keys, no pipelining, against memcached and the plain memshift.
 MSNC_PORT=$(free_port)
-sed -e "s/^listen = \"127.0.0.1:$MS_PORT\"/listen = \"127.0.0.1:$MSNC_PORT\"/" -e '/^resp_listen = /d' \
+# (memshift.toml's listen array: TCP and, with UNIX_BENCH, its socket; this
+# one listens on TCP only.)
+sed -e "s|^listen = \\[.*|listen = \"127.0.0.1:$MSNC_PORT\"|" -e '/^resp_listen = /d' \
     "$WORK/memshift.toml" >"$WORK/memshift-nc.toml"
 NC_SETTINGS=${NC_SETTINGS-"admit_reads = 1\nmax_ttl_ms = 10000"}
 printf '\n[near_cache]\nenabled = true\n%b\n' "$NC_SETTINGS" >>"$WORK/memshift-nc.toml"
