@@ -5,8 +5,9 @@
 //! A unix socket file left by a previous run is replaced only when nothing
 //! listens on it: a connect is tried first; refused means stale (unlinked),
 //! accepted means another process serves it (start fails). The file is
-//! removed when the listener is dropped (after the drain on SIGTERM/SIGINT,
-//! or when start fails), unless another process has replaced it since.
+//! removed when the listener is dropped (when accepting stops on
+//! SIGTERM/SIGINT, before the drain; or when start fails), unless another
+//! process has replaced it since.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
