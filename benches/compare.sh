@@ -9,6 +9,11 @@
 #               redis-benchmark (GET and SET, combined 90/10) for reference
 #   memshift_binary  the same memshift spoken to in memcached's binary
 #               protocol (closed-loop scenarios only, after the text ones)
+#   memshift_unix  the same memshift over its unix socket (listen also
+#               takes unix:/path), and memcached_unix: a second memcached
+#               on its own `-s` socket, the fair comparison (UNIX_BENCH=0
+#               skips both): closed loop (no pipelining, pipeline 16) and
+#               the open-loop rate, after the TCP runs
 #   memshift RESP  redis-benchmark GET, SET and a 10-key MGET (-P 1 and -P 16)
 #               through memshift's RESP port vs Redis direct (RESP=0 skips it;
 #               RESP_N requests per run)
@@ -84,7 +89,8 @@
 # requests/s; default 50% of memshift's closed-loop max), MEMSHIFT_BIN
 # (binary to measure), CLUSTER_BENCH (1: run the cluster scenario, default;
 # 0: skip it), SHAPES, CURVE_STEPS, CURVE_DUR, NC_WARM, RESP (0: skip the
-# RESP block), RESP_N.
+# RESP block), RESP_N, UNIX_BENCH (1: the unix-socket rows, default; 0: skip
+# them).
 # --summary DIR: print the summary of an earlier run again (and redraw its plots).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -167,6 +173,8 @@ names = {
     "redis": "Redis direct (memshift-load, RESP)",
     "redis-benchmark": "Redis direct (redis-benchmark)",
     "memshift_binary": "memshift, binary protocol",
+    "memcached_unix": "memcached direct, unix socket (-s)",
+    "memshift_unix": f"memshift -> {shards} Redis shard{'s' if shards != '1' else ''}, unix socket",
 }
 p99 = lambda r: r["latency_us"]["p99"]
 out = []
@@ -219,9 +227,9 @@ out.append(f"Open loop at {rate:,} req/s, latency from the intended send time; p
            "to one core) the core is saturated and latency is queueing:\n")
 out.append("| system | achieved ops/s | p50 us | p90 us | p99 us | p99.9 us | errors | send lag p50 / p99 us | other CPU on the load core | steal % | proxy CPU us/request | server CPU, cores |")
 out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-def cpu_per_req(s):
+def cpu_per_req(s, scen="rate50"):
     v = [1e6 * r["proxy_cpu_s"] / max(r["report"]["requests"], 1) for r in rows
-         if r["system"] == s and r["scenario"] == "rate50" and "proxy_cpu_s" in r]
+         if r["system"] == s and r["scenario"] == scen and "proxy_cpu_s" in r]
     return med(v) if v else None
 for s in ["memcached", "twemproxy", "memshift", "redis"]:
     q = lambda k: get(s, "rate50", lambda r: r["latency_us"][k])
@@ -268,7 +276,29 @@ if any(c for _, _, c in cl):
 def goal(text, ok, detail):
     out.append(f"- {'MET' if ok else 'MISSED'}: {text} — {detail}")
 
+unix_goals = []
+if any(r["system"] == "memshift_unix" for r in rows):
+    out.append("Unix-domain socket vs TCP loopback, same processes and shape (median of the rounds; "
+               "proxy CPU = CPU time of memshift alone, of memcached for the direct rows, per request; "
+               "open loop at the rate above):\n")
+    out.append("| system | transport | ops/s, no pipelining | p99 us | CPU us/req | ops/s, pipeline 16 | p99 us | CPU us/req | open loop p50 us | p99 us | CPU us/req |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for base in ("memcached", "memshift"):
+        for s, tr in ((base, "tcp"), (base + "_unix", "unix")):
+            out.append(f"| {names[base]} | {tr} | {fmt(get(s, 'np'))} | {fmt(get(s, 'np', p99), 1)} | {fmt(cpu_per_req(s, 'np'), 2)} "
+                       f"| {fmt(get(s, 'p16'))} | {fmt(get(s, 'p16', p99), 1)} | {fmt(cpu_per_req(s, 'p16'), 2)} "
+                       f"| {fmt(get(s, 'rate50', lambda r: r['latency_us']['p50']), 1)} | {fmt(get(s, 'rate50', p99), 1)} "
+                       f"| {fmt(cpu_per_req(s, 'rate50'), 2)} |")
+    out.append("")
+    for scen, label in (("np", "no pipelining"), ("p16", "pipeline 16")):
+        u, t = cpu_per_req("memshift_unix", scen), cpu_per_req("memshift", scen)
+        if u and t:
+            unix_goals.append((f"{label}: memshift CPU per request over the unix socket <= 0.75x over TCP loopback",
+                               u <= 0.75 * t, f"{u:.2f} us vs {t:.2f} us: {u / t:.2f}x"))
+
 out.append("Goals:\n")
+for g in unix_goals:
+    goal(*g)
 tw, mc = get("twemproxy", "np"), get("memcached", "np")
 if ms_np and tw:
     goal("no pipelining, memshift >= 1.3x twemproxy", ms_np / tw >= 1.3, f"{ms_np / tw:.2f}x")
@@ -466,9 +496,14 @@ for i in "${!R_PORTS[@]}"; do
 done
 redis_start redis "$RD_PORT"
 
+UNIX_BENCH=${UNIX_BENCH:-1}
+MS_SOCK=$WORK/memshift.sock
+MC_SOCK=$WORK/memcached.sock
+MS_LISTEN="\"127.0.0.1:$MS_PORT\""
+[ "$UNIX_BENCH" = 1 ] && MS_LISTEN+=", \"unix:$MS_SOCK\""
 cat >"$WORK/memshift.toml" <<EOF
 [server]
-listen = "127.0.0.1:$MS_PORT"
+listen = [$MS_LISTEN]
 resp_listen = "127.0.0.1:$MS_RESP_PORT"
 threads = $MEMSHIFT_THREADS
 
@@ -491,6 +526,22 @@ declare -A ADDR=(
     [memcached]=127.0.0.1:$MC_PORT [twemproxy]=127.0.0.1:$NC_PORT
     [memshift]=127.0.0.1:$MS_PORT [redis]=127.0.0.1:$RD_PORT
 )
+# The unix-socket rows: memshift's second listener, and a memcached of its
+# own on `-s` (memcached serves either TCP or a socket, not both), set up
+# like the TCP one.
+if [ "$UNIX_BENCH" = 1 ]; then
+    "${BACKEND[@]}" memcached -s "$MC_SOCK" -a 0700 -t 1 -m 1024 -c "$MAXCONN" "${root_flag[@]}" \
+        >"$OUT/memcached_unix.log" 2>&1 &
+    PIDS+=($!); PID_memcached_unix=$!
+    for _ in $(seq 1 150); do
+        python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])" "$MC_SOCK" 2>/dev/null && break
+        sleep 0.1
+    done
+    ADDR[memcached_unix]=unix:$MC_SOCK
+    ADDR[memshift_unix]=unix:$MS_SOCK
+    # shellcheck disable=SC2034 # read by run() through eval
+    SUT_PIDS_memcached_unix=$PID_memcached_unix
+fi
 # shellcheck disable=SC2154 # PID_* are set by start() through eval
 {
     SUT_PIDS_memcached="$PID_memcached"
@@ -498,7 +549,10 @@ declare -A ADDR=(
     SUT_PIDS_memshift="$PID_memshift ${SHARD_PIDS[*]}"
     SUT_PIDS_redis="$PID_redis"
 }
-declare -A PROTO=([memcached]=memcache [twemproxy]=memcache [memshift]=memcache [redis]=redis)
+# shellcheck disable=SC2034 # read by run() through eval
+SUT_PIDS_memshift_unix=$SUT_PIDS_memshift
+declare -A PROTO=([memcached]=memcache [twemproxy]=memcache [memshift]=memcache [redis]=redis
+    [memcached_unix]=memcache [memshift_unix]=memcache)
 SYSTEMS=(memcached twemproxy memshift redis)
 
 # --- machine --------------------------------------------------------------------
@@ -600,7 +654,9 @@ else:
 shape=(--conns "$CONNS" --ratio "$RATIO" --keys "$KEYS" --value-size "$VALUE" --duration "$DUR")
 
 log "prefilling $KEYS keys (memcached, memshift, redis)"
-for sys in memcached memshift redis; do
+PREFILL=(memcached memshift redis)
+[ "$UNIX_BENCH" = 1 ] && PREFILL+=(memcached_unix)
+for sys in "${PREFILL[@]}"; do
     run "$sys" prefill 0 --warmup --requests 0 --keys "$KEYS" --value-size "$VALUE" --conns 16
 done
 
@@ -690,6 +746,20 @@ for round in $(seq 1 "$ROUNDS"); do
     for sys in "${SYSTEMS[@]}"; do run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"; done
 done
 
+# Unix sockets: memcached over -s and memshift over its socket, the same
+# shapes and open-loop rate as the TCP rows above.
+if [ "$UNIX_BENCH" = 1 ]; then
+    for round in $(seq 1 "$ROUNDS"); do
+        wait_quiet
+        log "round $round/$ROUNDS: unix sockets, 90/10, no pipelining, pipeline 16, open loop at $RATE req/s"
+        for sys in memcached_unix memshift_unix; do
+            run "$sys" np "$round" "${shape[@]}" --pipeline 1
+            run "$sys" p16 "$round" "${shape[@]}" --pipeline 16
+            run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"
+        done
+    done
+fi
+
 # Latency vs load: each system at CURVE_STEPS percent of its own maximum.
 if [ -n "$CURVE_STEPS" ]; then
     declare -A MAX_OPS
@@ -775,7 +845,7 @@ if [ "${CLUSTER_BENCH:-1}" = 1 ]; then
         done
     done
     # (no RESP listener: the first memshift holds that port)
-    sed -e "s/127.0.0.1:$MS_PORT/127.0.0.1:$MSC_PORT/" -e '/^resp_listen = /d' \
+    sed -e "s|^listen = \\[.*|listen = \"127.0.0.1:$MSC_PORT\"|" -e '/^resp_listen = /d' \
         -e "s|^shards = .*|mode = \"cluster\"\ncluster_nodes = [\"127.0.0.1:${C_PORTS[0]}\", \"127.0.0.1:${C_PORTS[1]}\"]|" \
         "$WORK/memshift.toml" >"$WORK/memshift-cluster.toml"
     cp "$WORK/memshift-cluster.toml" "$OUT/memshift-cluster.toml"
@@ -859,7 +929,9 @@ fi
 # A second memshift over the same (prefilled) shards with the near cache on;
 # zipf 0.99 keys, no pipelining, against memcached and the plain memshift.
 MSNC_PORT=$(free_port)
-sed -e "s/^listen = \"127.0.0.1:$MS_PORT\"/listen = \"127.0.0.1:$MSNC_PORT\"/" -e '/^resp_listen = /d' \
+# (memshift.toml's listen array: TCP and, with UNIX_BENCH, its socket; this
+# one listens on TCP only.)
+sed -e "s|^listen = \\[.*|listen = \"127.0.0.1:$MSNC_PORT\"|" -e '/^resp_listen = /d' \
     "$WORK/memshift.toml" >"$WORK/memshift-nc.toml"
 NC_SETTINGS=${NC_SETTINGS-"admit_reads = 1\nmax_ttl_ms = 10000"}
 printf '\n[near_cache]\nenabled = true\n%b\n' "$NC_SETTINGS" >>"$WORK/memshift-nc.toml"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs and is missing: redis-server, memcached,
-# memccapable (libmemcached-tools), python3 with venv, a C toolchain, and the
-# Rust toolchain (rustup stable with rustfmt and clippy).
+# memccapable (libmemcached-tools), python3 with venv, PHP with the memcached
+# extension (php-cli, php-memcached: the unix-socket client test), a C
+# toolchain, and the Rust toolchain (rustup stable with rustfmt and clippy).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
@@ -15,6 +16,10 @@ command -v openssl >/dev/null 2>&1 || pkgs+=(openssl)
 command -v memcstat >/dev/null 2>&1 || pkgs+=(libmemcached-tools)
 command -v cc >/dev/null 2>&1 || pkgs+=(build-essential)
 command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
+command -v php >/dev/null 2>&1 || pkgs+=(php-cli)
+if ! php -r 'exit(class_exists("Memcached") ? 0 : 1);' >/dev/null 2>&1; then
+    pkgs+=(php-memcached)
+fi
 if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
     pkgs+=(python3-venv)
 fi

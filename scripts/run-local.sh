@@ -67,6 +67,10 @@ for port in "${REDIS_PORTS[@]}" "$MEMCACHED_PORT"; do
 done
 log "redis shards on ${REDIS_PORTS[*]}, memcached on $MEMCACHED_PORT (data and logs in $TMP)"
 log "memshift --config $CONFIG (Ctrl-C to stop everything)"
+log "connect over TCP:         127.0.0.1:11211   (telnet 127.0.0.1 11211)"
+if grep -q '"unix:/tmp/memshift.sock"' "$CONFIG"; then
+    log "connect over unix socket: /tmp/memshift.sock (socat - UNIX-CONNECT:/tmp/memshift.sock; PHP addServer('/tmp/memshift.sock', 0); pymemcache Client('/tmp/memshift.sock'))"
+fi
 "$bin" --config "$CONFIG" &
 pids+=("$!")
 status=0

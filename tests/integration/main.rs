@@ -33,3 +33,4 @@ mod pymemcache;
 mod resp;
 mod shard_down;
 mod tls;
+mod unix;

@@ -102,6 +102,47 @@ fn memccapable_binary() {
     );
 }
 
+/// A memshift over standalone shards listening on a unix socket, reached
+/// through a TCP relay (memccapable has no unix-socket option): the bytes
+/// memccapable sends and reads cross memshift's unix listener unchanged.
+fn over_unix_socket() -> (u16, Box<dyn Fn() -> String>) {
+    let cluster = Cluster::start_on_unix_socket(ClusterOptions::default());
+    let path = cluster
+        .addr()
+        .strip_prefix("unix:")
+        .expect("a unix listener")
+        .to_owned();
+    let port = memshift_tests::socket::tcp_relay_to(std::path::Path::new(&path));
+    (
+        port,
+        Box::new(move || {
+            // The whole cluster (shards too): the closure keeps it running.
+            let cluster = &cluster;
+            cluster.memshift.stderr()
+        }),
+    )
+}
+
+#[test]
+fn memccapable_ascii_unix_socket() {
+    compare_with_memcached(
+        "memccapable_ascii_unix_socket",
+        "-a",
+        &["memccapable", "memcached", "redis-server"],
+        over_unix_socket,
+    );
+}
+
+#[test]
+fn memccapable_binary_unix_socket() {
+    compare_with_memcached(
+        "memccapable_binary_unix_socket",
+        "-b",
+        &["memccapable", "memcached", "redis-server"],
+        over_unix_socket,
+    );
+}
+
 /// A memshift over standalone shards with the near cache on, every read
 /// admitted, started only once every shard's invalidation connection is
 /// tracking (otherwise nothing would be cached and the run would prove

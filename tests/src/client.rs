@@ -3,7 +3,8 @@
 //! data length, so data can never be mistaken for a reply line).
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+
+use crate::socket::Socket;
 use std::time::{Duration, Instant};
 
 /// Default per-read timeout.
@@ -62,7 +63,7 @@ impl Unit {
 
 /// A blocking connection speaking the memcached text protocol.
 pub struct McClient {
-    stream: TcpStream,
+    stream: Socket,
     buf: Vec<u8>,
     pos: usize,
 }
@@ -73,14 +74,11 @@ impl McClient {
         Self::connect_with_timeout(addr, READ_TIMEOUT)
     }
 
+    /// `addr`: `"ip:port"` or `"unix:/path"`.
     pub fn connect_with_timeout(addr: &str, timeout: Duration) -> io::Result<Self> {
-        let sock: SocketAddr = addr
-            .parse()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
-        let stream = TcpStream::connect_timeout(&sock, timeout)?;
+        let stream = Socket::connect(addr, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout.max(Duration::from_secs(10))))?;
-        stream.set_nodelay(true)?;
         Ok(McClient {
             stream,
             buf: Vec::with_capacity(64 * 1024),
@@ -94,7 +92,7 @@ impl McClient {
     }
 
     /// A second handle on the socket (e.g. for a writer thread).
-    pub fn try_clone_stream(&self) -> io::Result<TcpStream> {
+    pub fn try_clone_stream(&self) -> io::Result<Socket> {
         self.stream.try_clone()
     }
 

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod env;
+pub mod go;
 pub mod migration_support;
 pub mod ops_support;
 pub mod process;
@@ -16,6 +17,7 @@ pub mod redis_cluster;
 pub mod redis_cluster_tls;
 pub mod resp;
 pub mod resp_proxy;
+pub mod socket;
 pub mod tls;
 pub mod verify;
 
@@ -33,4 +35,5 @@ pub use python::{
 };
 pub use resp::{RedisClient, Resp};
 pub use resp_proxy::{send_and_read, RespCluster};
+pub use socket::Socket;
 pub use verify::{VerifyConfig, VerifyLoad, VerifyReport};

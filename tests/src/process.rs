@@ -3,7 +3,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::sleep;
@@ -96,11 +95,9 @@ fn wait_ready(
     }
 }
 
+/// `addr` (`"ip:port"` or `"unix:/path"`) accepts a connection.
 fn accepts(addr: &str) -> bool {
-    addr.parse::<SocketAddr>()
-        .ok()
-        .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).ok())
-        .is_some()
+    crate::socket::Socket::connect(addr, Duration::from_millis(200)).is_ok()
 }
 
 // ---------------------------------------------------------------------------
@@ -503,6 +500,10 @@ impl Memshift {
 impl Drop for Memshift {
     fn drop(&mut self) {
         kill_and_reap(&mut self.child);
+        // Killed, it could not remove its unix socket file itself.
+        if let Some(path) = self.addr.strip_prefix("unix:") {
+            let _ = fs::remove_file(path);
+        }
     }
 }
 
@@ -580,6 +581,11 @@ pub fn memshift_config(
     )
 }
 
+/// A unix socket path for a test memshift, unique per (free) port.
+pub fn test_socket_path(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!("memshift-test-{port}.sock"))
+}
+
 /// `["a", "b"]` without the brackets: a TOML array's items.
 pub fn toml_list(items: &[String]) -> String {
     items
@@ -624,10 +630,29 @@ impl Cluster {
     }
 
     pub fn start_with(opts: ClusterOptions) -> Self {
+        Self::start_listening(opts, false)
+    }
+
+    /// Like [`Cluster::start_with`], with memshift's `listen` on a unix
+    /// socket (`unix:<tmp>/memshift-test-<port>.sock`) instead of TCP.
+    pub fn start_on_unix_socket(opts: ClusterOptions) -> Self {
+        Self::start_listening(opts, true)
+    }
+
+    fn start_listening(opts: ClusterOptions, unix_socket: bool) -> Self {
         let shards: Vec<RedisServer> = (0..opts.shards).map(|_| RedisServer::start()).collect();
         let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
         let (memshift, admin_port, config) = start_memshift_on_free_ports(|port, admin_port| {
-            memshift_config(port, admin_port, &addrs, &opts)
+            let config = memshift_config(port, admin_port, &addrs, &opts);
+            if !unix_socket {
+                return config;
+            }
+            let path = test_socket_path(port);
+            config.replacen(
+                &format!("listen = \"127.0.0.1:{port}\""),
+                &format!("listen = \"unix:{}\"", path.display()),
+                1,
+            )
         });
         Cluster {
             memshift,

@@ -20,6 +20,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use tempfile::TempDir;
 
 use crate::env::free_port;
+use crate::socket::Socket;
 
 /// A certificate and key written as PEM files.
 #[derive(Debug, Clone)]
@@ -109,7 +110,7 @@ pub struct ClientOpts<'a> {
 
 /// A blocking TLS 1.3 connection (rustls, ring provider).
 pub struct TlsConn {
-    stream: StreamOwned<ClientConnection, TcpStream>,
+    stream: StreamOwned<ClientConnection, Socket>,
 }
 
 impl TlsConn {
@@ -146,14 +147,11 @@ impl TlsConn {
         let name = ServerName::try_from(opts.server_name.unwrap_or("127.0.0.1").to_string())
             .map_err(io::Error::other)?;
         let conn = ClientConnection::new(Arc::new(config), name).map_err(io::Error::other)?;
-        let sock: SocketAddr = addr
-            .parse()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
-        let tcp = TcpStream::connect_timeout(&sock, Duration::from_secs(5))?;
-        tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
-        tcp.set_write_timeout(Some(Duration::from_secs(5)))?;
-        tcp.set_nodelay(true)?;
-        let mut stream = StreamOwned::new(conn, tcp);
+        // `ip:port` or `unix:/path` (TLS over a unix-socket listener).
+        let sock = Socket::connect(addr, Duration::from_secs(5))?;
+        sock.set_read_timeout(Some(Duration::from_secs(5)))?;
+        sock.set_write_timeout(Some(Duration::from_secs(5)))?;
+        let mut stream = StreamOwned::new(conn, sock);
         while stream.conn.is_handshaking() {
             stream.conn.complete_io(&mut stream.sock)?;
         }

@@ -37,9 +37,9 @@ impl std::fmt::Display for Shape {
 #[derive(Debug, Parser)]
 #[command(name = "memshift-load", version, args_override_self = true)]
 pub struct Cli {
-    /// Server to load (HOST:PORT).
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:11211", value_parser = resolve, help_heading = "Target")]
-    addr: SocketAddr,
+    /// Server to load: HOST:PORT, or unix:/path for a unix-domain socket.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:11211", value_parser = target, help_heading = "Target")]
+    addr: Target,
     /// memcache | binary (memcached's binary protocol) | redis (RESP
     /// GET/SET/MGET, to load Redis directly with the same generator).
     #[arg(long, value_name = "P", default_value = "memcache", value_parser = protocol, help_heading = "Target")]
@@ -128,6 +128,8 @@ pub struct Cli {
 #[derive(Debug, Clone)]
 pub struct Args {
     pub addr: SocketAddr,
+    /// `--addr unix:/path`: load a unix-domain socket instead of `addr`.
+    pub unix: Option<std::path::PathBuf>,
     pub protocol: Protocol,
     pub shape: Shape,
     pub conns: usize,
@@ -168,8 +170,13 @@ impl Cli {
         if self.shape == Shape::EventLoop && self.threads != 1 {
             return Err("--shape event-loop runs on one thread (no --threads)".into());
         }
+        let (addr, unix) = match self.addr {
+            Target::Tcp(addr) => (addr, None),
+            Target::Unix(path) => (SocketAddr::from(([127, 0, 0, 1], 0)), Some(path)),
+        };
         Ok(Args {
-            addr: self.addr,
+            addr,
+            unix,
             protocol: self.protocol,
             shape: self.shape,
             conns: self.conns,
@@ -247,6 +254,21 @@ fn protocol(v: &str) -> Result<Protocol, String> {
         "binary" => Ok(Protocol::Binary),
         "redis" | "resp" => Ok(Protocol::Redis),
         other => Err(format!("memcache, binary or redis, got {other:?}")),
+    }
+}
+
+/// `--addr`: a TCP address or a unix-domain socket's path.
+#[derive(Debug, Clone)]
+enum Target {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+fn target(v: &str) -> Result<Target, String> {
+    match v.strip_prefix("unix:") {
+        Some(path) if !path.is_empty() => Ok(Target::Unix(path.into())),
+        Some(_) => Err("unix: needs a path".into()),
+        None => resolve(v).map(Target::Tcp),
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::Interest;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream, UnixStream};
 use tokio::sync::Notify;
 
 use super::keys::KeyGen;
@@ -92,7 +92,7 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Paci
     let a = shared.args.clone();
     let mut c = Conn::new(shared, mode, seed, pacing);
     loop {
-        let stream = match connect(a.addr, None, a.timeout).await {
+        let stream = match connect_to(&a, None).await {
             Ok(s) => s,
             Err(e) => {
                 if !c.connect_failed(e) {
@@ -120,6 +120,51 @@ pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Paci
 pub(super) const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
 /// After a connection failed, before reconnecting.
 pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(10);
+/// A connection to the server under load: TCP, or a unix-domain socket
+/// (`--addr unix:/path`). The calls `drive` makes, passed to either.
+pub enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+macro_rules! on_sock {
+    ($s:expr, $x:ident => $e:expr) => {
+        match $s {
+            Sock::Tcp($x) => $e,
+            Sock::Unix($x) => $e,
+        }
+    };
+}
+
+impl Sock {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        on_sock!(self, s => s.try_write(buf))
+    }
+    fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        on_sock!(self, s => s.try_read_buf(buf))
+    }
+    fn try_io<R>(&self, i: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        on_sock!(self, s => s.try_io(i, f))
+    }
+    async fn readable(&self) -> io::Result<()> {
+        on_sock!(self, s => s.readable().await)
+    }
+    async fn writable(&self) -> io::Result<()> {
+        on_sock!(self, s => s.writable().await)
+    }
+}
+
+/// Connects to `a.unix` when set, else to `a.addr` (from `local`, see
+/// [`connect`]).
+pub async fn connect_to(a: &Args, local: Option<SocketAddr>) -> io::Result<Sock> {
+    match &a.unix {
+        Some(path) => tokio::time::timeout(a.timeout, UnixStream::connect(path))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+            .map(Sock::Unix),
+        None => connect(a.addr, local, a.timeout).await.map(Sock::Tcp),
+    }
+}
 
 /// Connects with a timeout; `local` binds the source address first (to use
 /// more than one loopback source IP when opening many connections).
@@ -262,7 +307,7 @@ impl Conn {
             .is_some_and(|p| now.saturating_duration_since(p.sent) >= self.shared.args.timeout)
     }
 
-    async fn drive(&mut self, s: &TcpStream) -> Result<(), Failure> {
+    async fn drive(&mut self, s: &Sock) -> Result<(), Failure> {
         let timeout = self.shared.args.timeout;
         loop {
             let now = Instant::now();
@@ -521,7 +566,7 @@ impl Conn {
 }
 
 /// Sends one probe (`version` / `PING`) and waits for its reply.
-pub async fn probe(s: &TcpStream, enc: &Encoder, timeout: Duration) -> Result<(), String> {
+pub async fn probe(s: &Sock, enc: &Encoder, timeout: Duration) -> Result<(), String> {
     let mut req = Vec::new();
     enc.probe(&mut req);
     let fut = async {

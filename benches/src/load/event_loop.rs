@@ -12,6 +12,7 @@
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ const MAX_WAIT: Duration = Duration::from_millis(50);
 
 struct Slot {
     conn: Conn,
-    stream: Option<TcpStream>,
+    stream: Option<Sock>,
     /// When to (re)connect while `stream` is `None`.
     retry_at: Instant,
     done: bool,
@@ -116,7 +117,7 @@ fn tend(ep: &Epoll, i: usize, s: &mut Slot, now: Instant) {
             return;
         }
         let args = &s.conn.shared.args;
-        match connect(args.addr, args.timeout).and_then(|t| ep.add(t.as_raw_fd(), i).map(|()| t)) {
+        match connect(args).and_then(|t| ep.add(t.as_raw_fd(), i).map(|()| t)) {
             Ok(t) => s.stream = Some(t),
             Err(e) => {
                 s.done = !s.conn.connect_failed(e);
@@ -213,11 +214,38 @@ fn close(ep: &Epoll, s: &mut Slot, f: Failure, now: Instant) {
     s.retry_at = now + RETRY_PAUSE;
 }
 
-fn connect(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let t = TcpStream::connect_timeout(&addr, timeout)?;
+/// A connection of the loop: TCP, or a unix-domain socket (`--addr unix:/path`).
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Sock::Tcp(t) => t.as_raw_fd(),
+            Sock::Unix(u) => u.as_raw_fd(),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(t) => t.write(buf),
+            Sock::Unix(u) => u.write(buf),
+        }
+    }
+}
+
+fn connect(args: &super::args::Args) -> io::Result<Sock> {
+    if let Some(path) = &args.unix {
+        let u = UnixStream::connect(path)?;
+        u.set_nonblocking(true)?;
+        return Ok(Sock::Unix(u));
+    }
+    let t = TcpStream::connect_timeout(&args.addr, args.timeout)?;
     t.set_nodelay(true)?;
     t.set_nonblocking(true)?;
-    Ok(t)
+    Ok(Sock::Tcp(t))
 }
 
 /// An epoll instance; sockets are registered edge-triggered for both

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
@@ -259,7 +258,7 @@ fn source_ip(args: &Args, i: usize) -> Option<SocketAddr> {
     }
 }
 
-async fn open_idle(args: &Arc<Args>, enc: &Encoder) -> (Vec<TcpStream>, u64, Vec<String>) {
+async fn open_idle(args: &Arc<Args>, enc: &Encoder) -> (Vec<conn::Sock>, u64, Vec<String>) {
     let enc = Arc::new(Encoder::new(
         enc.protocol,
         &args.key_prefix,
@@ -274,7 +273,7 @@ async fn open_idle(args: &Arc<Args>, enc: &Encoder) -> (Vec<TcpStream>, u64, Vec
         while next < args.idle && set.len() < IDLE_OPEN_CONCURRENCY {
             let (a, e, local) = (args.clone(), enc.clone(), source_ip(args, next));
             set.spawn(async move {
-                let s = conn::connect(a.addr, local, a.timeout)
+                let s = conn::connect_to(&a, local)
                     .await
                     .map_err(|e| format!("connect: {e}"))?;
                 if !a.idle_silent {
@@ -305,7 +304,7 @@ async fn open_idle(args: &Arc<Args>, enc: &Encoder) -> (Vec<TcpStream>, u64, Vec
 async fn check_idle(
     args: &Arc<Args>,
     enc: &Encoder,
-    conns: Vec<TcpStream>,
+    conns: Vec<conn::Sock>,
 ) -> (usize, u64, Vec<String>) {
     let enc = Arc::new(Encoder::new(
         enc.protocol,
@@ -379,7 +378,7 @@ impl Report {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
         let keys_requested = r.hits + r.misses;
         json!({
-            "addr": a.addr.to_string(),
+            "addr": a.unix.as_ref().map_or(a.addr.to_string(), |p| format!("unix:{}", p.display())),
             "protocol": a.protocol.to_string(),
             "mode": self.mode,
             "shape": a.shape.to_string(),

@@ -40,6 +40,7 @@
 mod codec;
 mod engine;
 mod error;
+pub mod transport;
 
 pub use codec::{Codec, Connector, Delivery, Event, Request};
 pub use engine::{Pipeline, Settings, BACKOFF_MAX, BACKOFF_MIN, MAX_BATCH_BYTES};

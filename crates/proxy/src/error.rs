@@ -10,7 +10,8 @@ pub enum ProxyError {
     Ring(#[from] memshift_ring::RingError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
-        addr: std::net::SocketAddr,
+        /// `ip:port` or `unix:/path`.
+        addr: String,
         source: std::io::Error,
     },
     /// The legacy memcached pool's settings (distribution, servers).

@@ -14,6 +14,7 @@ pub mod error;
 pub mod fd_limit;
 pub mod flush;
 pub mod health;
+pub mod listener;
 pub mod metrics;
 pub mod near_cache;
 pub mod plan;

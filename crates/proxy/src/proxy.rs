@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use memshift_protocol::memcache::ParseLimits;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Config, ListenAddr};
 use crate::metrics::Metrics;
 use crate::redis::translate;
 use crate::router::Router;
@@ -100,9 +100,11 @@ impl Proxy {
                 threads,
                 max_connections: server.max_connections,
                 version: VERSION,
-                resp_port: server
-                    .resp_listen
-                    .or(server.resp_tls_listen)
+                // INFO's tcp_port: 0 when the RESP side listens on a unix
+                // socket only (Redis' own `port 0`).
+                resp_port: [&server.resp_listen, &server.resp_tls_listen]
+                    .into_iter()
+                    .find_map(|a| a.as_ref().and_then(ListenAddr::tcp))
                     .map_or(0, |a| a.port()),
             },
             cas_seed,

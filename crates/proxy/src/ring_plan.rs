@@ -5,7 +5,7 @@
 
 use std::fmt::{self, Write as _};
 
-use crate::config::{check_host_port, Config, ShardConfig};
+use crate::config::{check_backend_addr, Config, ShardConfig};
 
 /// A planned change to the Redis shard list, for `memshift ring`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +106,7 @@ pub fn plan_ring(
     let changed: Option<(&RingChange, Vec<ShardConfig>, f64)> = match change {
         None => None,
         Some(RingChange::Add(addr)) => {
-            check_host_port(addr).map_err(|reason| RingPlanError::BadAddress {
+            check_backend_addr(addr).map_err(|reason| RingPlanError::BadAddress {
                 addr: addr.clone(),
                 reason,
             })?;

@@ -11,6 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::admin::{self, AdminState};
 use crate::config::{Config, LogFormat};
 use crate::error::ProxyError;
+use crate::listener::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::router::{Migration, RedisBackends, Router};
@@ -50,6 +51,7 @@ fn init_logging(config: &Config) {
 }
 
 async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), ProxyError> {
+    let stop = StopSignals::install()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let metrics = Arc::new(
         if std::env::var("MEMSHIFT_METRICS").is_ok_and(|v| v == "off") {
@@ -96,8 +98,9 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     let drain = Duration::from_millis(config.server.drain_timeout_ms);
 
     let mut listeners = Vec::new();
-    if let Some(addr) = config.server.listen {
-        let listener = server::bind(addr).await?;
+    let mode = config.server.socket_mode();
+    for addr in &config.server.listen {
+        let listener = Listener::bind(addr, mode).await?;
         tracing::info!(%addr, "memcached protocol listener ready");
         listeners.push(tokio::spawn(server::serve(
             listener,
@@ -107,8 +110,8 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
             drain,
         )));
     }
-    if let Some(addr) = config.server.resp_listen {
-        let listener = server::bind(addr).await?;
+    if let Some(addr) = &config.server.resp_listen {
+        let listener = Listener::bind(addr, mode).await?;
         tracing::info!(%addr, "RESP listener ready");
         listeners.push(tokio::spawn(server::serve_resp(
             listener,
@@ -129,7 +132,7 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     let reloader = tokio::spawn(reload_on_hangup(path, config, proxy.clone(), server_tls));
     tokio::spawn(watch_for_rollback(proxy.clone()));
     crate::trim::spawn_trimmer();
-    wait_for_stop_signal().await?;
+    stop.wait().await;
     reloader.abort();
     tracing::info!("stop signal: draining connections");
     let _ = shutdown_tx.send(true);
@@ -306,20 +309,43 @@ async fn reload_on_hangup(
 ) {
 }
 
+/// SIGTERM and SIGINT, caught from before the listeners bind: a stop
+/// signal during start still ends in a clean exit (drain, unix socket
+/// files removed), not the default action's kill.
 #[cfg(unix)]
-async fn wait_for_stop_signal() -> Result<(), ProxyError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl StopSignals {
+    fn install() -> Result<StopSignals, ProxyError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_stop_signal() -> Result<(), ProxyError> {
-    tokio::signal::ctrl_c().await?;
-    Ok(())
+struct StopSignals;
+
+#[cfg(not(unix))]
+impl StopSignals {
+    fn install() -> Result<StopSignals, ProxyError> {
+        Ok(StopSignals)
+    }
+
+    async fn wait(self) {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

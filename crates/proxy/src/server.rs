@@ -5,14 +5,17 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use memshift_pipeline::transport::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::Config;
 use crate::conn::End as SessionEnd;
 use crate::error::ProxyError;
+use crate::listener::Listener;
+use crate::metrics::Transport;
 use crate::proxy::Proxy;
 use crate::resp::RespSession;
 use crate::session::Session;
@@ -37,10 +40,14 @@ const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// What memcached writes before closing a connection over its limit.
 const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
+/// A TCP listener (the admin endpoint; client listeners are [`Listener`]s).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ProxyError::Listen { addr, source })
+        .map_err(|source| ProxyError::Listen {
+            addr: addr.to_string(),
+            source,
+        })
 }
 
 /// `server.tls_listen`: load `[tls]`, bind, and spawn the TLS accept loop
@@ -58,8 +65,8 @@ pub async fn start_tls(
         return Ok(None);
     };
     let fronts = [
-        (config.server.tls_listen, Front::Memcached),
-        (config.server.resp_tls_listen, Front::Resp),
+        (config.server.tls_listen.as_ref(), Front::Memcached),
+        (config.server.resp_tls_listen.as_ref(), Front::Resp),
     ];
     if fronts.iter().all(|(addr, _)| addr.is_none()) {
         return Ok(None);
@@ -68,7 +75,7 @@ pub async fn start_tls(
     let tls = Arc::new(ServerTls::load(tls_config)?);
     for (addr, front) in fronts {
         let Some(addr) = addr else { continue };
-        let listener = bind(addr).await?;
+        let listener = Listener::bind(addr, config.server.socket_mode()).await?;
         tracing::info!(%addr, mtls = tls_config.client_ca.is_some(), ?front, "TLS 1.3 listener ready");
         listeners.push(tokio::spawn(accept_loop(
             listener,
@@ -88,7 +95,7 @@ pub async fn start_tls(
 /// see `conn`) for at most `drain` (or the live `server.drain_timeout_ms`
 /// if longer) and `DRAIN_GRACE`.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     proxy: Arc<Proxy>,
     limit: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -108,7 +115,7 @@ pub async fn serve(
 
 /// `server.resp_listen`: Redis clients (see `crate::resp`).
 pub async fn serve_resp(
-    listener: TcpListener,
+    listener: Listener,
     proxy: Arc<Proxy>,
     limit: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -121,7 +128,7 @@ pub async fn serve_resp(
 /// runs in its own task under `tls.handshake_timeout_ms`, so a slow or
 /// hostile client never holds up the accept loop or other connections.
 pub async fn serve_tls(
-    listener: TcpListener,
+    listener: Listener,
     tls: Arc<ServerTls>,
     proxy: Arc<Proxy>,
     limit: Arc<Semaphore>,
@@ -141,7 +148,7 @@ pub async fn serve_tls(
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    listener: Listener,
     tls: Option<Arc<ServerTls>>,
     front: Front,
     proxy: Arc<Proxy>,
@@ -150,12 +157,13 @@ async fn accept_loop(
     drain: std::time::Duration,
 ) {
     static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+    let transport = listener.transport();
     let mut sessions = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _peer) = match accepted {
-                    Ok(a) => a,
+                let stream = match accepted {
+                    Ok(s) => s,
                     Err(e) => {
                         // Usually EMFILE: back off briefly instead of spinning.
                         tracing::warn!(error = %e, "accept failed");
@@ -172,28 +180,22 @@ async fn accept_loop(
                     }
                     continue;
                 };
-                let _ = stream.set_nodelay(true);
                 let proxy = proxy.clone();
                 let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-                // Two task types, so that a plaintext connection's task is
-                // not sized for the TLS handshake and stream (every idle
-                // connection pays for its task's size).
-                match tls.clone() {
-                    None => {
-                        sessions.spawn(async move {
-                            run_session(proxy, id, stream, front).await;
-                            drop(permit);
-                        });
-                    }
-                    Some(tls) => {
-                        sessions.spawn(async move {
-                            if let Some(stream) = tls.accept(stream, &proxy.metrics).await {
-                                run_session(proxy, id, stream, front).await;
-                            }
-                            drop(permit);
-                        });
-                    }
-                }
+                let conn = Conn { proxy, id, front, transport, permit };
+                // One task type per stream type, so that a plaintext
+                // connection's task is not sized for the TLS handshake and
+                // stream (every idle connection pays for its task's size),
+                // and a TCP session pays no dispatch on each read and write.
+                match (tls.clone(), stream) {
+                    (None, Stream::Tcp(s)) => sessions.spawn(conn.run(s)),
+                    (None, Stream::Unix(s)) => sessions.spawn(conn.run(s)),
+                    (Some(tls), stream) => sessions.spawn(async move {
+                        if let Some(stream) = tls.accept(stream, &conn.proxy.metrics).await {
+                            conn.run(stream).await;
+                        }
+                    }),
+                };
             }
             // Reap finished sessions so the set does not grow.
             Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
@@ -215,29 +217,53 @@ async fn accept_loop(
     }
 }
 
-async fn run_session<S>(proxy: Arc<Proxy>, id: u64, stream: S, front: Front)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    bump(&proxy.stats.total_connections);
-    proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
-    proxy.metrics.client_connected();
-    let end = match front {
-        Front::Memcached => Session::new(proxy.clone(), id).run(stream).await,
-        Front::Resp => RespSession::new(proxy.clone(), id).run(stream).await,
-    };
-    crate::trim::note_release();
-    proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
-    proxy.metrics.client_disconnected();
-    if let SessionEnd::Io(e) = &end {
-        tracing::debug!(error = %e, "client connection error");
-    }
-    if let SessionEnd::SlowConsumer = &end {
-        tracing::info!("closed a client that stopped reading its replies");
+/// An accepted connection under the limit: what its session needs.
+struct Conn {
+    proxy: Arc<Proxy>,
+    id: u64,
+    front: Front,
+    transport: Transport,
+    /// Held for the session's life: the connection counts against
+    /// `max_connections` until it ends.
+    permit: OwnedSemaphorePermit,
+}
+
+impl Conn {
+    async fn run<S>(self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let Conn {
+            proxy,
+            id,
+            front,
+            transport,
+            permit,
+        } = self;
+        bump(&proxy.stats.total_connections);
+        proxy.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
+        proxy.metrics.client_connected(transport);
+        let end = match front {
+            Front::Memcached => Session::new(proxy.clone(), id).run(stream).await,
+            Front::Resp => RespSession::new(proxy.clone(), id).run(stream).await,
+        };
+        crate::trim::note_release();
+        proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        proxy.metrics.client_disconnected(transport);
+        drop(permit);
+        if let SessionEnd::Io(e) = &end {
+            tracing::debug!(error = %e, transport = transport.as_str(), "client connection error");
+        }
+        if let SessionEnd::SlowConsumer = &end {
+            tracing::info!(
+                transport = transport.as_str(),
+                "closed a client that stopped reading its replies"
+            );
+        }
     }
 }
 
-async fn reject(mut stream: TcpStream) {
+async fn reject(mut stream: Stream) {
     let _ = stream.write_all(TOO_MANY_CONNECTIONS).await;
     let _ = stream.shutdown().await;
 }

@@ -6,13 +6,12 @@
 use std::marker::PhantomData;
 
 use bytes::BytesMut;
+use memshift_pipeline::transport::{BackendAddr, ReadHalf, WriteHalf};
 use memshift_pipeline::{
     BackendError, Codec, ConnectError, Connector, DecodeError, Delivery, Event,
 };
 use memshift_protocol::memcache::client::{parse_reply, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 
 use crate::reply::{LegacyError, LegacyReply, ReplyShape, ReplyTo, TaggedReply};
 
@@ -30,17 +29,15 @@ where
     T: From<TaggedReply> + Send + 'static,
 {
     type Codec = MemcachedCodec<T>;
-    type Reader = OwnedReadHalf;
-    type Writer = OwnedWriteHalf;
+    type Reader = ReadHalf;
+    type Writer = WriteHalf;
 
     /// Connect and check that a memcached answers (`version`): a server that
     /// accepts connections but is hung (SIGSTOP, overload) stays down and
     /// its requests fail fast instead of each waiting for the timeout.
-    async fn connect(&self) -> Result<(OwnedReadHalf, OwnedWriteHalf), ConnectError> {
-        let mut stream = TcpStream::connect(&self.addr)
-            .await
-            .map_err(ConnectError::Connect)?;
-        stream.set_nodelay(true).map_err(ConnectError::NoDelay)?;
+    async fn connect(&self) -> Result<(ReadHalf, WriteHalf), ConnectError> {
+        // `"unix:/path"`: a memcached on this host (`memcached -s`).
+        let mut stream = BackendAddr::parse(&self.addr).connect().await?;
         stream.write_all(PING).await.map_err(ConnectError::Write)?;
         let mut buf = BytesMut::with_capacity(64);
         loop {

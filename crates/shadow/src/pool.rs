@@ -18,9 +18,9 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use memshift_pipeline::transport::BackendAddr;
 use memshift_protocol::memcache::client::{self as enc, parse_reply, MetaStatus, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use memshift_pipeline::{BackendError, Pipeline, Request};
@@ -563,12 +563,16 @@ async fn metadump(
     loop {
         let started = tokio::time::Instant::now();
         let mut listed = 0u64;
-        let mut stream =
-            match tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(_)) => return Err(BackendError::Unavailable.into()),
-                Err(_) => return Err(BackendError::Timeout.into()),
-            };
+        let mut stream = match tokio::time::timeout(
+            settings.connect_timeout,
+            BackendAddr::parse(addr).connect(),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => return Err(BackendError::Unavailable.into()),
+            Err(_) => return Err(BackendError::Timeout.into()),
+        };
         let mut cmd = BytesMut::new();
         enc::lru_crawler_metadump_all(&mut cmd);
         stream

@@ -161,7 +161,7 @@ fn check_memshift_pod(rel: &str, docs: &[Value], image: &Image) -> (toml::Table,
     let toml_src = cm["data"][key.as_str()]
         .as_str()
         .unwrap_or_else(|| panic!("{rel}: ConfigMap {cm_name} has no key {key}"));
-    let cfg = memshift_check(&format!("{rel}: ConfigMap {cm_name}"), toml_src);
+    let cfg = check_pod_config(&format!("{rel}: ConfigMap {cm_name}"), toml_src);
 
     // Probes on the admin listener; kubelet connects to the pod IP.
     let admin = cfg_addr(&cfg, "admin", "listen").expect("admin.listen must be enabled");
@@ -293,6 +293,42 @@ fn check_memshift_pod(rel: &str, docs: &[Value], image: &Image) -> (toml::Table,
     (cfg, deployment)
 }
 
+/// The pods' unix socket directory (an `emptyDir`).
+const POD_SOCKET_DIR: &str = "unix:/run/memshift/";
+
+/// `memshift check` of a pod's config. check tests that each unix socket's
+/// directory exists and is writable here, so the pod's socket directory is
+/// a temp dir for the check, mapped back in the resolved config.
+fn check_pod_config(what: &str, toml_src: &str) -> toml::Table {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let local = format!("unix:{}/", tmp.path().display());
+    let cfg = memshift_check(what, &toml_src.replace(POD_SOCKET_DIR, &local));
+    let text = toml::to_string(&cfg).expect("render the resolved config");
+    toml::from_str(&text.replace(&local, POD_SOCKET_DIR)).expect("parse it back")
+}
+
+/// `server.listen`: a string or an array of them.
+fn listen_addrs(cfg: &toml::Table) -> Vec<String> {
+    match super::section(cfg, "server").get("listen") {
+        Some(toml::Value::String(s)) => vec![s.clone()],
+        Some(toml::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The volume mounted at `dir` in `container`, from the pod's `volumes`.
+fn volume_at<'a>(pod: &'a Value, container: &Value, dir: &str) -> Option<&'a Value> {
+    let mount = seq(&container["volumeMounts"])
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some(dir))?;
+    seq(&pod["volumes"])
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+}
+
 fn memshift_container_opt(pod: &Value) -> Option<&Value> {
     pod_containers(pod).find(|c| c["image"].as_str().is_some_and(|i| i.contains("memshift")))
 }
@@ -309,12 +345,21 @@ fn kubernetes_sidecar_runs_memshift_on_loopback_next_to_the_app() {
     let (cfg, deployment) = check_memshift_pod("sidecar.yaml", &docs, &image);
     let pod = &deployment["spec"]["template"]["spec"];
 
-    let listen = cfg_addr(&cfg, "server", "listen").expect("server.listen");
-    assert_eq!(
-        listen,
-        "127.0.0.1:11211".parse().unwrap(),
-        "the sidecar listens on loopback"
+    let listens = listen_addrs(&cfg);
+    let listen = "127.0.0.1:11211";
+    assert!(
+        listens.iter().any(|l| l == listen),
+        "the sidecar listens on loopback: {listens:?}"
     );
+    // And on a unix socket in a directory both containers mount (emptyDir).
+    let socket = listens
+        .iter()
+        .find_map(|l| l.strip_prefix("unix:"))
+        .unwrap_or_else(|| panic!("no unix socket listener: {listens:?}"));
+    let socket_dir = Path::new(socket)
+        .parent()
+        .and_then(Path::to_str)
+        .unwrap_or("/");
 
     // Native sidecar: restarted like a container, and its startup probe is
     // what holds the app back until memshift is ready.
@@ -330,16 +375,28 @@ fn kubernetes_sidecar_runs_memshift_on_loopback_next_to_the_app() {
         );
     }
 
-    // The app container is pointed at memshift.
+    // The app container is pointed at memshift, over TCP and the socket.
     let apps: Vec<&Value> = seq(&pod["containers"]).iter().filter(|a| *a != c).collect();
     assert!(!apps.is_empty(), "no app container");
-    let target = listen.to_string();
+    for target in [listen, socket] {
+        assert!(
+            apps.iter()
+                .flat_map(|a| seq(&a["env"]))
+                .any(|e| e["value"].as_str().is_some_and(|v| v.contains(target))),
+            "no app env var points at {target}"
+        );
+    }
+    let shared = volume_at(pod, c, socket_dir)
+        .unwrap_or_else(|| panic!("memshift does not mount {socket_dir}"));
     assert!(
-        apps.iter()
-            .flat_map(|a| seq(&a["env"]))
-            .any(|e| e["value"].as_str().is_some_and(|v| v.contains(&target))),
-        "no app env var points at {target}"
+        shared["emptyDir"].is_mapping(),
+        "{socket_dir} is not an emptyDir: {shared:?}"
     );
+    for app in &apps {
+        let theirs = volume_at(pod, app, socket_dir)
+            .unwrap_or_else(|| panic!("the app does not mount {socket_dir}"));
+        assert_eq!(theirs["name"], shared["name"], "one shared socket volume");
+    }
 }
 
 #[test]

@@ -114,6 +114,20 @@ pub(super) fn start_sides_on(
         }));
         return Some((reference, target, Some(nodes)));
     }
+    start_standalone(test, near_cache, false).map(|(r, t)| (r, t, None))
+}
+
+/// The reference, and memshift over 3 standalone shards listening on a
+/// unix socket (`unix:/path`) instead of TCP.
+pub(super) fn start_sides_over_unix_socket(test: &str) -> Option<(Memcached, Target)> {
+    start_standalone(test, false, true)
+}
+
+fn start_standalone(
+    test: &str,
+    near_cache: bool,
+    unix_listen: bool,
+) -> Option<(Memcached, Target)> {
     let tools: &[&str] = if self_check() {
         &["memcached"]
     } else {
@@ -126,7 +140,7 @@ pub(super) fn start_sides_on(
     let target = if self_check() {
         Target::Memcached(Memcached::start_with_args(&REFERENCE_ARGS))
     } else {
-        Target::Memshift(Box::new(Cluster::start_with(ClusterOptions {
+        let opts = ClusterOptions {
             server_extra: format!("max_item_size = {MAX_ITEM}\n"),
             // Generous: on a loaded CI box a slow Redis reply must not turn
             // into a SERVER_ERROR that memcached would never send.
@@ -137,12 +151,17 @@ pub(super) fn start_sides_on(
                 String::new()
             },
             ..ClusterOptions::default()
-        })))
+        };
+        Target::Memshift(Box::new(if unix_listen {
+            Cluster::start_on_unix_socket(opts)
+        } else {
+            Cluster::start_with(opts)
+        }))
     };
     if let (true, Target::Memshift(c)) = (near_cache, &target) {
         wait_tracking(&c.shards);
     }
-    Some((reference, target, None))
+    Some((reference, target))
 }
 
 pub(super) struct Side {

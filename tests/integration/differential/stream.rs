@@ -11,7 +11,8 @@ use super::cmd::Cmd;
 use super::generator::{splitmix, Gen};
 use super::normalise::{normalize, CasMap, Norm};
 use super::runner::{
-    assert_near_cache_served, exchange, render_units, start_sides, start_sides_with, Side, Target,
+    assert_near_cache_served, exchange, render_units, start_sides, start_sides_over_unix_socket,
+    start_sides_with, Side, Target,
 };
 
 /// The fixed seed every run starts with ("memshift").
@@ -261,6 +262,18 @@ fn differential_stream_near_cache() {
     };
     run_stream(&reference, &target);
     assert_near_cache_served(&target);
+}
+
+/// The generated stream with memshift's clients on a unix socket
+/// (`listen = "unix:/path"`): byte for byte what memcached answers over TCP.
+#[test]
+fn differential_stream_unix_socket() {
+    let Some((reference, target)) = start_sides_over_unix_socket("differential_stream_unix_socket")
+    else {
+        return;
+    };
+    assert!(target.addr().starts_with("unix:") || target.name() != "memshift");
+    run_stream(&reference, &target);
 }
 
 fn run_stream(reference: &Memcached, target: &Target) {

@@ -175,26 +175,7 @@ fn redis_cli_workload_matches_plain_redis() {
 /// Build the go-redis workload (`goredis/`, modules from the Go module
 /// proxy on first use, cached under the target dir).
 fn go_redis_workload() -> std::path::PathBuf {
-    let target = memshift_tests::target_dir().join("go");
-    std::fs::create_dir_all(&target).expect("create target/go");
-    let bin = target.join("goredis-workload");
-    let src = memshift_tests::workspace_root().join("tests/integration/resp/goredis");
-    let mut cmd = Command::new("go");
-    cmd.current_dir(&src)
-        .args(["build", "-o"])
-        .arg(&bin)
-        .arg(".")
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOPATH", target.join("gopath"))
-        .env("GOCACHE", target.join("gocache"));
-    let out = run_with_timeout(cmd, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "go build of the go-redis workload failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    bin
+    memshift_tests::go::go_build("tests/integration/resp/goredis", "goredis-workload")
 }
 
 #[test]

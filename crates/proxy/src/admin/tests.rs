@@ -126,9 +126,9 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     shard.set_up(true);
     shard.error(ErrorKind::Timeout);
     m.shard(Backend::Memcached, "127.0.0.1:21211");
-    m.client_connected();
-    m.client_connected();
-    m.client_disconnected();
+    m.client_connected(crate::metrics::Transport::Tcp);
+    m.client_connected(crate::metrics::Transport::Tcp);
+    m.client_disconnected(crate::metrics::Transport::Tcp);
     m.connection_rejected();
     m.shadow_write(Backend::Memcached, &ShadowResult::Ok);
     m.shadow_write(

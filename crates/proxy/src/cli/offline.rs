@@ -48,7 +48,10 @@ pub fn print_completions(shell: Shell, out: &mut dyn Write) -> ExitCode {
 /// `memshift check`: "config OK" and the resolved settings on stdout, exit
 /// 0; or `memshift: <path>: <reason>` on stderr, exit 1.
 pub fn run_check(config: &Path) -> ExitCode {
-    match Config::load(config) {
+    let checked = Config::load(config)
+        .map_err(|e| e.reason())
+        .and_then(|cfg| crate::listener::check_unix_listeners(&cfg).map(|()| cfg));
+    match checked {
         Ok(cfg) => {
             println!("config OK");
             for w in cfg.warnings() {
@@ -58,8 +61,8 @@ pub fn run_check(config: &Path) -> ExitCode {
             print!("{}", cfg.render_resolved());
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("memshift: {}: {}", config.display(), e.reason());
+        Err(reason) => {
+            eprintln!("memshift: {}: {reason}", config.display());
             ExitCode::FAILURE
         }
     }

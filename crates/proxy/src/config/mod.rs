@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod listen;
 pub mod migration;
 pub mod near_cache;
 pub mod redis;
@@ -18,6 +19,7 @@ mod render;
 pub mod server;
 mod validate;
 
+pub use listen::ListenAddr;
 pub use migration::{Distribution, LegacyServerConfig, MemcachedConfig, MigrationConfig, Phase};
 pub use near_cache::NearCacheConfig;
 pub use redis::{RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolicy};
@@ -26,7 +28,7 @@ pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 #[cfg(test)]
 mod tests;
 
-pub(crate) use validate::check_host_port;
+pub(crate) use validate::check_backend_addr;
 
 /// Why a config could not be used. `Display` is one line.
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +122,7 @@ impl Config {
     /// (shards, ring, migration, TLS certificates, per-request limits).
     pub fn restart_required_changes(&self, new: &Config) -> Vec<&'static str> {
         let (a, b) = (self, new);
-        let checks: [(&'static str, bool); 12] = [
+        let checks: [(&'static str, bool); 13] = [
             ("server.listen", a.server.listen != b.server.listen),
             (
                 "server.tls_listen",
@@ -133,6 +135,10 @@ impl Config {
             (
                 "server.resp_tls_listen",
                 a.server.resp_tls_listen != b.server.resp_tls_listen,
+            ),
+            (
+                "server.unix_socket_mode",
+                a.server.unix_socket_mode != b.server.unix_socket_mode,
             ),
             ("server.threads", a.server.threads != b.server.threads),
             (

@@ -3,17 +3,22 @@
 //! back to the same config (except the password, shown as "***").
 
 use std::fmt::Write;
-use std::net::SocketAddr;
 use std::path::Path;
 
-use super::Config;
+use super::{Config, ListenAddr};
 
 pub(super) fn render(c: &Config) -> String {
     let mut o = Out(String::new());
     let s = &c.server;
     o.section("server");
-    o.addr("listen", s.listen);
-    o.addr("tls_listen", s.tls_listen);
+    match s.listen.as_slice() {
+        [one] => o.str("listen", &one.to_string()),
+        many => {
+            let quoted: Vec<String> = many.iter().map(|a| quote(&a.to_string())).collect();
+            o.line(&format!("listen = [{}]", quoted.join(", ")));
+        }
+    }
+    o.addr("tls_listen", s.tls_listen.as_ref());
     o.raw("max_connections", s.max_connections);
     o.raw("max_item_size", s.max_item_size);
     o.raw("idle_timeout_ms", s.idle_timeout_ms);
@@ -26,10 +31,11 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("max_line_length", s.max_line_length);
     o.raw("sasl", s.sasl);
     o.path("sasl_credentials_file", s.sasl_credentials_file.as_deref());
-    o.addr("resp_listen", s.resp_listen);
-    o.addr("resp_tls_listen", s.resp_tls_listen);
+    o.addr("resp_listen", s.resp_listen.as_ref());
+    o.addr("resp_tls_listen", s.resp_tls_listen.as_ref());
     o.opt_str("resp_password", s.resp_password.as_ref().map(|_| "***"));
     o.raw("resp_max_bulk_len", s.resp_max_bulk_len);
+    o.str("unix_socket_mode", &s.unix_socket_mode);
 
     o.section("log");
     o.str("level", &c.log.level);
@@ -166,7 +172,7 @@ impl Out {
             None => self.line(&format!("# {key} not set")),
         }
     }
-    fn addr(&mut self, key: &str, v: Option<SocketAddr>) {
+    fn addr(&mut self, key: &str, v: Option<&ListenAddr>) {
         self.opt_str(key, v.map(|a| a.to_string()).as_deref());
     }
     fn path(&mut self, key: &str, v: Option<&Path>) {

@@ -7,15 +7,18 @@ use std::path::PathBuf;
 use serde::de;
 use serde::{Deserialize, Deserializer};
 
+use super::listen::ListenAddr;
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Plaintext memcached protocol listener.
+    /// Plaintext memcached protocol listeners: `"ip:port"` or `"unix:/path"`,
+    /// or an array of them (TCP and a unix socket side by side).
     #[serde(deserialize_with = "de_server_listen")]
-    pub listen: Option<SocketAddr>,
+    pub listen: Vec<ListenAddr>,
     /// Memcached protocol over TLS 1.3.
     #[serde(deserialize_with = "de_server_tls_listen")]
-    pub tls_listen: Option<SocketAddr>,
+    pub tls_listen: Option<ListenAddr>,
     pub max_connections: usize,
     /// Largest value accepted by a storage command, in bytes (memcached -I).
     pub max_item_size: usize,
@@ -44,18 +47,38 @@ pub struct ServerConfig {
     pub sasl_credentials_file: Option<PathBuf>,
     /// RESP (Redis protocol) listener over the same items; off when unset.
     #[serde(deserialize_with = "de_server_resp_listen")]
-    pub resp_listen: Option<SocketAddr>,
+    pub resp_listen: Option<ListenAddr>,
     /// RESP over TLS 1.3, with `[tls]` (client_ca: mTLS).
     #[serde(deserialize_with = "de_server_resp_tls_listen")]
-    pub resp_tls_listen: Option<SocketAddr>,
+    pub resp_tls_listen: Option<ListenAddr>,
     /// When set, RESP clients must `AUTH` (or `HELLO ... AUTH`) first.
     pub resp_password: Option<String>,
     /// Largest bulk string a RESP request may declare (Redis'
     /// `proto-max-bulk-len`); bytes are kept as they arrive, never reserved.
     pub resp_max_bulk_len: usize,
+    /// File mode of the unix-socket listeners, octal (memcached's `-a`).
+    pub unix_socket_mode: String,
 }
 
 impl ServerConfig {
+    /// `unix_socket_mode` as bits (validated at load).
+    pub fn socket_mode(&self) -> u32 {
+        super::listen::parse_socket_mode(&self.unix_socket_mode).unwrap_or(0o700)
+    }
+
+    /// Every configured client listener with its key, in a fixed order.
+    pub fn listeners(&self) -> Vec<(&'static str, &ListenAddr)> {
+        let one = [
+            ("server.tls_listen", &self.tls_listen),
+            ("server.resp_listen", &self.resp_listen),
+            ("server.resp_tls_listen", &self.resp_tls_listen),
+        ];
+        let listen = self.listen.iter().map(|a| ("server.listen", a));
+        listen
+            .chain(one.into_iter().filter_map(|(k, a)| Some((k, a.as_ref()?))))
+            .collect()
+    }
+
     /// The worker thread count `threads` resolves to (0: one per core).
     pub fn worker_threads(&self) -> usize {
         if self.threads == 0 {
@@ -69,7 +92,7 @@ impl ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: None,
+            listen: Vec::new(),
             tls_listen: None,
             max_connections: 100_000,
             max_item_size: 1024 * 1024,
@@ -87,6 +110,7 @@ impl Default for ServerConfig {
             resp_tls_listen: None,
             resp_password: None,
             resp_max_bulk_len: 512 * 1024 * 1024,
+            unix_socket_mode: "0700".to_owned(),
         }
     }
 }
@@ -159,7 +183,7 @@ fn default_handshake_timeout_ms() -> u64 {
     5000
 }
 
-/// `"ip:port"` → Some, `""` → None (disables the listener).
+/// `"ip:port"` (admin) → Some, `""` → None (disables the listener).
 fn parse_listen<E: de::Error>(key: &str, s: &str) -> Result<Option<SocketAddr>, E> {
     if s.is_empty() {
         return Ok(None);
@@ -171,18 +195,51 @@ fn parse_listen<E: de::Error>(key: &str, s: &str) -> Result<Option<SocketAddr>, 
     })
 }
 
+/// A client listener: `"ip:port"` or `"unix:/path"`; `""` → None.
+fn parse_client_listen<E: de::Error>(key: &str, s: &str) -> Result<Option<ListenAddr>, E> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    ListenAddr::parse(s)
+        .map(Some)
+        .map_err(|e| E::custom(format!("{key}: {e}")))
+}
+
 // One deserializer per listen key so the error names the key.
 macro_rules! listen_fields {
-    ($($f:ident => $key:literal),* $(,)?) => {$(
-        fn $f<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
-            parse_listen($key, &String::deserialize(d)?)
+    ($parse:ident -> $ty:ty: $($f:ident => $key:literal),* $(,)?) => {$(
+        fn $f<'de, D: Deserializer<'de>>(d: D) -> Result<Option<$ty>, D::Error> {
+            $parse($key, &String::deserialize(d)?)
         }
     )*};
 }
-listen_fields!(
-    de_server_listen => "server.listen",
+listen_fields!(parse_client_listen -> ListenAddr:
     de_server_tls_listen => "server.tls_listen",
     de_server_resp_listen => "server.resp_listen",
     de_server_resp_tls_listen => "server.resp_tls_listen",
-    de_admin_listen => "admin.listen",
 );
+listen_fields!(parse_listen -> SocketAddr: de_admin_listen => "admin.listen");
+
+/// `server.listen`: one address (`""`: none) or an array of them.
+fn de_server_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ListenAddr>, D::Error> {
+    struct V;
+    impl<'de> de::Visitor<'de> for V {
+        type Value = Vec<ListenAddr>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or an array of strings")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<ListenAddr>, E> {
+            Ok(parse_client_listen("server.listen", s)?
+                .into_iter()
+                .collect())
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<ListenAddr>, A::Error> {
+            let mut all = Vec::new();
+            while let Some(s) = seq.next_element::<String>()? {
+                all.extend(parse_client_listen("server.listen", &s)?);
+            }
+            Ok(all)
+        }
+    }
+    d.deserialize_any(V)
+}

@@ -59,13 +59,18 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
+fn tcp(s: &str) -> ListenAddr {
+    ListenAddr::Tcp(addr(s))
+}
+
 // ---- defaults and forms ----
 
 #[test]
 fn minimal_config_gets_every_default() {
     let c = ok("");
-    assert_eq!(c.server.listen, Some(addr("127.0.0.1:11211")));
+    assert_eq!(c.server.listen, [tcp("127.0.0.1:11211")]);
     assert_eq!(c.server.tls_listen, None);
+    assert_eq!(c.server.unix_socket_mode, "0700");
     assert_eq!(c.server.max_connections, 100_000);
     assert_eq!(c.server.max_item_size, 1_048_576);
     assert_eq!(c.server.idle_timeout_ms, 0);
@@ -260,7 +265,7 @@ fn shipped_example_and_local_configs_are_valid() {
     assert_eq!(example.migration.phase, Phase::Redis);
     let local = Config::from_toml_str(include_str!("../../../../config/local.toml"))
         .unwrap_or_else(|e| panic!("config/local.toml: {e}"));
-    assert_eq!(local.server.listen, Some(addr("127.0.0.1:11211")));
+    assert_eq!(local.server.listen[0], tcp("127.0.0.1:11211"));
     assert_eq!(local.admin.listen, Some(addr("127.0.0.1:9121")));
     let shards: Vec<_> = local.redis.shards.iter().map(|s| s.addr.as_str()).collect();
     assert_eq!(
@@ -388,7 +393,7 @@ fn bad_listen_address_is_rejected() {
 #[test]
 fn listen_port_zero_is_rejected() {
     assert_mentions(
-        &invalid(|c| c.server.listen = Some(addr("127.0.0.1:0"))),
+        &invalid(|c| c.server.listen = vec![tcp("127.0.0.1:0")]),
         &["server.listen", "port 0"],
     );
     assert_mentions(
@@ -406,7 +411,7 @@ fn no_listener_is_rejected() {
 #[test]
 fn tls_listen_needs_tls_section() {
     assert_mentions(
-        &invalid(|c| c.server.tls_listen = Some(addr("127.0.0.1:11212"))),
+        &invalid(|c| c.server.tls_listen = Some(tcp("127.0.0.1:11212"))),
         &["server.tls_listen", "[tls]"],
     );
 }
@@ -414,7 +419,7 @@ fn tls_listen_needs_tls_section() {
 #[test]
 fn tls_listen_and_listen_must_differ() {
     let e = invalid(|c| {
-        c.server.tls_listen = c.server.listen;
+        c.server.tls_listen = c.server.listen.first().cloned();
         c.tls = Some(TlsConfig {
             cert: "c".into(),
             key: "k".into(),
@@ -428,7 +433,7 @@ fn tls_listen_and_listen_must_differ() {
 #[test]
 fn admin_listen_must_not_clash_with_server() {
     assert_mentions(
-        &invalid(|c| c.admin.listen = c.server.listen),
+        &invalid(|c| c.admin.listen = c.server.listen[0].tcp()),
         &["admin.listen", "already used"],
     );
 }
@@ -875,7 +880,7 @@ fn restart_required_changes_lists_only_startup_settings() {
     b.server.idle_timeout_ms = 30_000;
     assert!(a.restart_required_changes(&b).is_empty());
 
-    b.server.listen = Some(addr("127.0.0.1:11311"));
+    b.server.listen = vec![tcp("127.0.0.1:11311")];
     b.server.threads = 4;
     b.admin.listen = None;
     b.log.format = LogFormat::Json;
@@ -1061,11 +1066,11 @@ fn resp_listeners_are_off_by_default_and_validated() {
     assert_eq!(c.server.resp_password, None);
     assert_eq!(c.server.resp_max_bulk_len, 512 * 1024 * 1024);
     assert_mentions(
-        &invalid(|c| c.server.resp_listen = c.server.listen),
+        &invalid(|c| c.server.resp_listen = c.server.listen.first().cloned()),
         &["server.resp_listen", "memcached listener"],
     );
     assert_mentions(
-        &invalid(|c| c.server.resp_tls_listen = Some(addr("127.0.0.1:6380"))),
+        &invalid(|c| c.server.resp_tls_listen = Some(tcp("127.0.0.1:6380"))),
         &["server.resp_tls_listen", "[tls]"],
     );
     assert_mentions(
@@ -1078,13 +1083,13 @@ fn resp_listeners_are_off_by_default_and_validated() {
     );
     assert_mentions(
         &invalid(|c| {
-            c.server.resp_listen = Some(addr("127.0.0.1:6379"));
-            c.admin.listen = c.server.resp_listen;
+            c.server.resp_listen = Some(tcp("127.0.0.1:6379"));
+            c.admin.listen = c.server.resp_listen.as_ref().and_then(ListenAddr::tcp);
         }),
         &["admin.listen", "already used"],
     );
     let mut c = ok("");
-    c.server.resp_listen = Some(addr("127.0.0.1:6379"));
+    c.server.resp_listen = Some(tcp("127.0.0.1:6379"));
     c.server.resp_password = Some("s3cret".into());
     c.validate().expect("resp_listen with a password");
 }
@@ -1098,9 +1103,9 @@ fn plaintext_resp_is_no_open_door_next_to_tls_only_memcached() {
             client_ca: None,
             handshake_timeout_ms: 5000,
         });
-        c.server.tls_listen = Some(addr("127.0.0.1:11212"));
-        c.server.listen = None;
-        c.server.resp_listen = Some(addr("127.0.0.1:6379"));
+        c.server.tls_listen = Some(tcp("127.0.0.1:11212"));
+        c.server.listen = Vec::new();
+        c.server.resp_listen = Some(tcp("127.0.0.1:6379"));
     });
     assert_mentions(&e, &["server.resp_listen", "resp_password"]);
 }
@@ -1112,7 +1117,7 @@ fn resp_listen_keys_parse() {
         "[server]\nlisten = \"127.0.0.1:11211\"\nresp_listen = \"127.0.0.1:6390\"\nresp_password = \"pw\"\n{redis}"
     ))
     .expect("valid");
-    assert_eq!(c.server.resp_listen, Some(addr("127.0.0.1:6390")));
+    assert_eq!(c.server.resp_listen, Some(tcp("127.0.0.1:6390")));
     assert_mentions(
         &err_full(&format!(
             "[server]\nlisten = \"127.0.0.1:11211\"\nresp_listen = \"nope\"\n{redis}"

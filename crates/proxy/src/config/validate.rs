@@ -1,9 +1,10 @@
 //! Config validation: every rule returns one line that starts with the key.
 
 use std::collections::HashMap;
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::Ipv6Addr;
 
-use super::{Config, Phase, RedisConfig, RedisMode};
+use super::listen::{check_socket_path, parse_socket_mode};
+use super::{Config, ListenAddr, Phase, RedisConfig, RedisMode};
 
 /// memcached's `-I` range (ITEM_SIZE_MAX_LOWER_LIMIT / _UPPER_LIMIT).
 const MIN_ITEM_SIZE: usize = 1024;
@@ -37,12 +38,17 @@ pub(super) fn validate(c: &Config) -> Check {
 
 fn server(c: &Config) -> Check {
     let s = &c.server;
-    if s.listen.is_none() && s.tls_listen.is_none() {
+    if s.listen.is_empty() && s.tls_listen.is_none() {
         return Err("server: neither listen nor tls_listen is set; set at least one (e.g. listen = \"127.0.0.1:11211\")".into());
     }
-    listen_port("server.listen", s.listen)?;
-    listen_port("server.tls_listen", s.tls_listen)?;
-    if s.listen.is_some() && s.listen == s.tls_listen {
+    for (i, a) in s.listen.iter().enumerate() {
+        listen_port("server.listen", Some(a))?;
+        if s.listen[..i].contains(a) {
+            return Err(format!("server.listen: {a} is listed twice"));
+        }
+    }
+    listen_port("server.tls_listen", s.tls_listen.as_ref())?;
+    if s.tls_listen.as_ref().is_some_and(|a| s.listen.contains(a)) {
         return Err("server.tls_listen: same address as server.listen".into());
     }
     if s.tls_listen.is_some() && c.tls.is_none() {
@@ -61,6 +67,7 @@ fn server(c: &Config) -> Check {
         (false, _) => {}
     }
     resp(c)?;
+    parse_socket_mode(&s.unix_socket_mode).map_err(|e| format!("server.unix_socket_mode: {e}"))?;
     at_least("server.max_connections", s.max_connections as u64, 1)?;
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&s.max_item_size) {
         return Err(format!(
@@ -104,14 +111,14 @@ fn server(c: &Config) -> Check {
 /// memcached side), a plaintext RESP listener needs `resp_password`.
 fn resp(c: &Config) -> Check {
     let s = &c.server;
-    listen_port("server.resp_listen", s.resp_listen)?;
-    listen_port("server.resp_tls_listen", s.resp_tls_listen)?;
+    listen_port("server.resp_listen", s.resp_listen.as_ref())?;
+    listen_port("server.resp_tls_listen", s.resp_tls_listen.as_ref())?;
     for (key, addr) in [
-        ("server.resp_listen", s.resp_listen),
-        ("server.resp_tls_listen", s.resp_tls_listen),
+        ("server.resp_listen", &s.resp_listen),
+        ("server.resp_tls_listen", &s.resp_tls_listen),
     ] {
         if let Some(a) = addr {
-            if Some(a) == s.listen || Some(a) == s.tls_listen {
+            if s.listen.contains(a) || Some(a) == s.tls_listen.as_ref() {
                 return Err(format!(
                     "{key}: {a} is already used by a memcached listener"
                 ));
@@ -126,7 +133,7 @@ fn resp(c: &Config) -> Check {
     }
     if s.resp_listen.is_some()
         && s.tls_listen.is_some()
-        && s.listen.is_none()
+        && s.listen.is_empty()
         && s.resp_password.is_none()
     {
         return Err("server.resp_listen: the memcached side is TLS-only, so a plaintext RESP listener would be an open door; set server.resp_password or use server.resp_tls_listen".into());
@@ -150,13 +157,10 @@ fn log(c: &Config) -> Check {
 }
 
 fn admin(c: &Config) -> Check {
-    listen_port("admin.listen", c.admin.listen)?;
+    listen_port("admin.listen", c.admin.listen.map(ListenAddr::Tcp).as_ref())?;
     if let Some(a) = c.admin.listen {
-        if Some(a) == c.server.listen
-            || Some(a) == c.server.tls_listen
-            || Some(a) == c.server.resp_listen
-            || Some(a) == c.server.resp_tls_listen
-        {
+        let used = c.server.listeners();
+        if used.iter().any(|(_, l)| l.tcp() == Some(a)) {
             return Err(format!(
                 "admin.listen: {a} is already used by a server listener"
             ));
@@ -222,7 +226,16 @@ fn redis(c: &Config) -> Check {
     let mut ids: HashMap<&str, usize> = HashMap::new();
     for (i, s) in r.shards.iter().enumerate() {
         let key = format!("redis.shards[{i}]");
-        check_host_port(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
+        check_backend_addr(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
+        if r.tls
+            && s.addr
+                .starts_with(memshift_pipeline::transport::UNIX_PREFIX)
+        {
+            return Err(format!(
+                "{key}: redis.tls is on, but {:?} is a unix socket (TLS is for TCP shards; a unix socket never leaves the host)",
+                s.addr
+            ));
+        }
         check_weight(&key, s.weight)?;
         if let Some(name) = &s.name {
             if name.trim().is_empty() || name.trim() != name {
@@ -365,7 +378,7 @@ fn memcached(c: &Config) -> Check {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, s) in m.servers.iter().enumerate() {
         let key = format!("memcached.servers[{i}]");
-        check_host_port(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
+        check_backend_addr(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
         check_weight(&key, s.weight)?;
         if let Some(j) = seen.insert(&s.addr, i) {
             return Err(format!(
@@ -473,10 +486,18 @@ fn check_log_level(level: &str) -> Check {
     Ok(())
 }
 
-fn listen_port(key: &str, addr: Option<SocketAddr>) -> Check {
-    match addr {
+fn listen_port(key: &str, addr: Option<&ListenAddr>) -> Check {
+    match addr.and_then(ListenAddr::tcp) {
         Some(a) if a.port() == 0 => Err(format!("{key}: port 0 is not allowed in {a}")),
         _ => Ok(()),
+    }
+}
+
+/// A backend address: `host:port`, or `unix:/path` (a server on this host).
+pub(crate) fn check_backend_addr(addr: &str) -> Check {
+    match addr.strip_prefix(memshift_pipeline::transport::UNIX_PREFIX) {
+        Some(path) => check_socket_path(path),
+        None => check_host_port(addr),
     }
 }
 

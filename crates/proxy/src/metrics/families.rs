@@ -66,6 +66,8 @@ pub const BACKEND_ERRORS: &str = "memshift_backend_errors_total";
 pub const BACKEND_UP: &str = "memshift_backend_up";
 pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
+pub const TRANSPORT_CONNECTIONS: &str = "memshift_transport_connections";
+pub const TRANSPORT_CONNECTIONS_TOTAL: &str = "memshift_transport_connections_total";
 pub const REJECTED_CONNECTIONS: &str = "memshift_rejected_connections_total";
 pub const SLOW_CONSUMERS: &str = "memshift_slow_consumers_total";
 pub const DRAIN_ABORTED: &str = "memshift_drain_aborted_connections_total";
@@ -81,7 +83,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 20] = [
+pub const FAMILIES: [(&str, &str, &str); 22] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -117,6 +119,16 @@ pub const FAMILIES: [(&str, &str, &str); 20] = [
         CLIENT_CONNECTIONS_TOTAL,
         "counter",
         "Client connections accepted since start.",
+    ),
+    (
+        TRANSPORT_CONNECTIONS,
+        "gauge",
+        "Open client connections, by transport (tcp, unix).",
+    ),
+    (
+        TRANSPORT_CONNECTIONS_TOTAL,
+        "counter",
+        "Client connections accepted since start, by transport (tcp, unix).",
     ),
     (
         REJECTED_CONNECTIONS,

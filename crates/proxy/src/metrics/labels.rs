@@ -27,6 +27,26 @@ impl Protocol {
     }
 }
 
+/// How a client reached a listener: the `transport` label of
+/// `memshift_transport_connections*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    /// A unix-domain socket (`unix:/path` listeners).
+    Unix,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 2] = [Transport::Tcp, Transport::Unix];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Unix => "unix",
+        }
+    }
+}
+
 /// Outcome of one client TLS handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlsResult {

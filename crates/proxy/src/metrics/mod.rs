@@ -28,7 +28,7 @@ pub mod shard;
 mod tests;
 
 pub use families::*;
-pub use labels::{Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult};
+pub use labels::{Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult, Transport};
 pub use shard::ShardMetrics;
 
 use durations::Durations;
@@ -57,6 +57,9 @@ pub struct Metrics {
     get_misses: [Counter; Backend::ALL.len()],
     client_connections: Gauge,
     client_connections_total: Counter,
+    /// `[transport]`
+    transport_connections: [Gauge; Transport::ALL.len()],
+    transport_connections_total: [Counter; Transport::ALL.len()],
     rejected_connections: Counter,
     slow_consumers: Counter,
     drain_aborted: Counter,
@@ -120,6 +123,10 @@ impl Metrics {
             get_misses: by_backend(GET_MISSES),
             client_connections: gauge(r, CLIENT_CONNECTIONS, &[]),
             client_connections_total: counter(r, CLIENT_CONNECTIONS_TOTAL, &[]),
+            transport_connections: Transport::ALL
+                .map(|t| gauge(r, TRANSPORT_CONNECTIONS, &[("transport", t.as_str())])),
+            transport_connections_total: Transport::ALL
+                .map(|t| counter(r, TRANSPORT_CONNECTIONS_TOTAL, &[("transport", t.as_str())])),
             rejected_connections: counter(r, REJECTED_CONNECTIONS, &[]),
             slow_consumers: counter(r, SLOW_CONSUMERS, &[]),
             drain_aborted: counter(r, DRAIN_ABORTED, &[]),
@@ -214,13 +221,16 @@ impl Metrics {
         ShardRegistry(self.recorder.clone())
     }
 
-    pub fn client_connected(&self) {
+    pub fn client_connected(&self, transport: Transport) {
         self.client_connections.increment(1.0);
         self.client_connections_total.increment(1);
+        self.transport_connections[transport as usize].increment(1.0);
+        self.transport_connections_total[transport as usize].increment(1);
     }
 
-    pub fn client_disconnected(&self) {
+    pub fn client_disconnected(&self, transport: Transport) {
         self.client_connections.decrement(1.0);
+        self.transport_connections[transport as usize].decrement(1.0);
     }
 
     pub fn connection_rejected(&self) {

@@ -315,9 +315,9 @@ fn shard_names_with_quotes_are_escaped() {
 #[test]
 fn connections_gauge_goes_up_and_down() {
     let m = Metrics::new();
-    m.client_connected();
-    m.client_connected();
-    m.client_disconnected();
+    m.client_connected(crate::metrics::Transport::Tcp);
+    m.client_connected(crate::metrics::Transport::Unix);
+    m.client_disconnected(crate::metrics::Transport::Tcp);
     m.connection_rejected();
     m.slow_consumer_closed();
     m.drain_aborted(3);
@@ -325,6 +325,21 @@ fn connections_gauge_goes_up_and_down() {
     let text = m.render();
     assert_eq!(value(&text, "memshift_client_connections"), 1.0);
     assert_eq!(value(&text, "memshift_client_connections_total"), 2.0);
+    let by_transport = |family: &str, t: &str| {
+        let prefix = format!("{family}{{transport=\"{t}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&prefix)).unwrap();
+        line[prefix.len()..].parse::<f64>().unwrap()
+    };
+    assert_eq!(by_transport("memshift_transport_connections", "tcp"), 0.0);
+    assert_eq!(by_transport("memshift_transport_connections", "unix"), 1.0);
+    assert_eq!(
+        by_transport("memshift_transport_connections_total", "tcp"),
+        1.0
+    );
+    assert_eq!(
+        by_transport("memshift_transport_connections_total", "unix"),
+        1.0
+    );
     assert_eq!(value(&text, "memshift_rejected_connections_total"), 1.0);
     assert_eq!(value(&text, "memshift_slow_consumers_total"), 1.0);
     assert_eq!(

@@ -10,12 +10,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use memshift_pipeline::transport::{self, BackendAddr};
 use memshift_pipeline::{
     BackendError, Broken, Codec, ConnectError, Connector, DecodeError, Delivery, Event,
 };
 use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::{scripts, Routed};
@@ -164,17 +164,21 @@ impl RedisConnector {
 pub(crate) async fn open_stream(
     settings: &ConnectionSettings,
 ) -> Result<ShardStream, ConnectError> {
-    let tcp = TcpStream::connect(&settings.addr)
-        .await
-        .map_err(ConnectError::Connect)?;
-    tcp.set_nodelay(true).map_err(ConnectError::NoDelay)?;
-    Ok(match &settings.tls {
-        None => ShardStream::Plain(tcp),
-        Some(tls) => ShardStream::Tls(Box::new(
+    // `"unix:/path"`: a Redis on this host (`unixsocket` in redis.conf).
+    let stream = BackendAddr::parse(&settings.addr).connect().await?;
+    Ok(match (&settings.tls, stream) {
+        (None, stream) => ShardStream::Plain(stream),
+        (Some(tls), transport::Stream::Tcp(tcp)) => ShardStream::Tls(Box::new(
             crate::tls::connect_shard(tls, tcp)
                 .await
                 .map_err(ConnectError::Tls)?,
         )),
+        // Refused by config validation; kept as an error, not a panic.
+        (Some(_), transport::Stream::Unix(_)) => {
+            return Err(ConnectError::Tls(
+                "redis.tls: not supported for a unix: shard".into(),
+            ))
+        }
     })
 }
 
@@ -257,7 +261,7 @@ impl Codec for RedisCodec {
 }
 
 // ---------------------------------------------------------------------------
-// the socket: plain TCP (split into owned halves) or TLS (split through
+// the socket: plain TCP or unix (split into owned halves) or TLS (split through
 // tokio's lock, uncontended: one task owns both halves)
 
 type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
@@ -269,9 +273,9 @@ pub(crate) enum Either<P, T> {
     Tls(T),
 }
 
-pub(crate) type ShardStream = Either<TcpStream, Box<TlsStream>>;
-pub(crate) type ShardReader = Either<OwnedReadHalf, tokio::io::ReadHalf<TlsStream>>;
-pub(crate) type ShardWriter = Either<OwnedWriteHalf, tokio::io::WriteHalf<TlsStream>>;
+pub(crate) type ShardStream = Either<transport::Stream, Box<TlsStream>>;
+pub(crate) type ShardReader = Either<transport::ReadHalf, tokio::io::ReadHalf<TlsStream>>;
+pub(crate) type ShardWriter = Either<transport::WriteHalf, tokio::io::WriteHalf<TlsStream>>;
 
 impl ShardStream {
     pub(crate) fn into_split(self) -> (ShardReader, ShardWriter) {

@@ -9,11 +9,11 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use memshift_pipeline::transport::Stream;
 use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use super::{load_certs, load_key, provider, roots, TlsError, VERSIONS};
@@ -114,14 +114,16 @@ impl ServerTls {
 
     /// Runs the server handshake under the handshake timeout and counts its
     /// result. `None`: the connection is to be closed (already counted).
-    pub async fn accept(&self, stream: TcpStream, metrics: &Metrics) -> Option<ServerStream> {
+    pub async fn accept(&self, stream: Stream, metrics: &Metrics) -> Option<ServerStream> {
         let current = self.current.load_full();
         let work = async {
-            // A connection closed before its first byte is a port probe (a
-            // load balancer's TCP check), not a failed handshake.
-            let mut first = [0u8; 1];
-            if stream.peek(&mut first).await? == 0 {
-                return Ok(None);
+            // A TCP connection closed before its first byte is a port probe
+            // (a load balancer's TCP check), not a failed handshake.
+            if let Stream::Tcp(tcp) = &stream {
+                let mut first = [0u8; 1];
+                if tcp.peek(&mut first).await? == 0 {
+                    return Ok(None);
+                }
             }
             current.acceptor.accept(stream).await.map(Some)
         };
@@ -170,7 +172,7 @@ fn classify(e: &io::Error) -> TlsResult {
 /// first push out what is still queued (backpressure), and reads push it out
 /// too, which also arms the wakeup for when the socket drains.
 pub struct ServerStream {
-    inner: tokio_rustls::server::TlsStream<TcpStream>,
+    inner: tokio_rustls::server::TlsStream<Stream>,
 }
 
 impl AsyncRead for ServerStream {
@@ -217,6 +219,7 @@ mod tests {
     use rustls::ClientConfig;
     use std::path::PathBuf;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
     use tokio_rustls::TlsConnector;
 
     fn tls_config(cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> TlsConfig {
@@ -325,7 +328,7 @@ mod tests {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (srv, m) = (srv.clone(), m.clone());
                 tokio::spawn(async move {
-                    if let Some(mut s) = srv.accept(tcp, &m).await {
+                    if let Some(mut s) = srv.accept(Stream::Tcp(tcp), &m).await {
                         let mut buf = [0u8; 5];
                         if s.read_exact(&mut buf).await.is_ok() {
                             let _ = s.write_all(&buf).await;

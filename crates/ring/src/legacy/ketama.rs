@@ -29,7 +29,9 @@ pub struct KetamaHost {
 /// * `host:port` -> (`host`, `port`), split at the last `:`;
 /// * `host` -> (`host`, 11211);
 /// * `[v6addr]:port` / `[v6addr]` -> (`v6addr`, port or 11211);
-/// * `/path/to/socket` -> (`/path/to/socket`, 0), a unix socket.
+/// * `/path/to/socket` or memshift's `unix:/path/to/socket` ->
+///   (`/path/to/socket`, 0), a unix socket, as libmemcached sees the path
+///   an application gives it.
 pub fn parse_host_port(addr: &str) -> Result<(String, u16), LegacyError> {
     let invalid = |reason: &'static str| LegacyError::InvalidAddr {
         addr: addr.to_string(),
@@ -38,8 +40,9 @@ pub fn parse_host_port(addr: &str) -> Result<(String, u16), LegacyError> {
     if addr.is_empty() {
         return Err(invalid("empty address"));
     }
-    if addr.starts_with('/') {
-        return Ok((addr.to_string(), 0));
+    let unix = addr.strip_prefix("unix:").unwrap_or(addr);
+    if unix.starts_with('/') {
+        return Ok((unix.to_string(), 0));
     }
     if let Some(rest) = addr.strip_prefix('[') {
         let Some((host, after)) = rest.split_once(']') else {
@@ -194,6 +197,7 @@ mod tests {
         assert_eq!(ok("[::1]:11213"), ("::1".into(), 11213));
         assert_eq!(ok("[::1]"), ("::1".into(), 11211));
         assert_eq!(ok("/run/mc.sock"), ("/run/mc.sock".into(), 0));
+        assert_eq!(ok("unix:/run/mc.sock"), ("/run/mc.sock".into(), 0));
         for bad in [
             "", ":11211", "h:", "h:0", "h:65536", "h:x", "::1", "[::1", "[::1]x", "[]:1",
         ] {
