@@ -30,4 +30,5 @@ mod pipelining;
 mod pymemcache;
 mod resp;
 mod shard_down;
+mod shard_down_misses;
 mod tls;

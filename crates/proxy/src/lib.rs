@@ -16,6 +16,7 @@ pub mod health;
 pub mod metrics;
 pub mod near_cache;
 pub mod proxy;
+pub mod read_errors;
 pub mod redis;
 pub mod resp;
 pub mod ring_plan;

@@ -38,6 +38,9 @@ pub struct Stats {
     pub touch_hits: AtomicU64,
     pub touch_misses: AtomicU64,
     pub slow_consumers_closed: AtomicU64,
+    /// Keys of reads answered as misses because their shard failed
+    /// (`redis.read_errors_as_misses`).
+    pub read_errors_as_misses: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     /// `stats detail`: per-prefix counts.
@@ -95,6 +98,7 @@ impl Stats {
             &self.touch_hits,
             &self.touch_misses,
             &self.slow_consumers_closed,
+            &self.read_errors_as_misses,
             &self.bytes_read,
             &self.bytes_written,
         ] {
@@ -150,6 +154,11 @@ impl Stats {
             out,
             "slow_consumers_closed",
             get(&self.slow_consumers_closed),
+        );
+        reply::stat(
+            out,
+            "read_errors_as_misses",
+            get(&self.read_errors_as_misses),
         );
         extra(out);
         out.extend_from_slice(reply::END);

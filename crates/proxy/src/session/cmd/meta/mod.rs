@@ -25,10 +25,11 @@ use super::super::Session;
 use super::shadow::Change;
 use super::{unix_now, Tag};
 use crate::near_cache::store::Hit;
+use crate::read_errors::ReadFailure;
 use crate::redis::encoding::STATE_KEY_BINARY;
 use crate::redis::translate::{self, Expiry, MetaArith, MetaGet, WriteOutcome};
 use crate::redis::{BackendError, Reply};
-use crate::router::{Backend, ReplyShape, Routes, Target};
+use crate::router::{Access, Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
 use redis_reply::render_redis;
 
@@ -295,6 +296,11 @@ impl Session {
 
     pub(in crate::session::cmd) fn render_meta(&mut self, op: MetaOp, results: &Results) {
         let proxy = self.proxy.clone();
+        if let Some(why) = ReadFailure::of(results.get(0)) {
+            if op.reads_as_miss() && proxy.router.load().redis().read_errors.as_misses {
+                return self.render_meta_failed_read(&op, why);
+            }
+        }
         let result = match results.get(0) {
             Some(Ok(reply)) => reply,
             Some(Err(e)) => return self.wbuf.extend_from_slice(e.reply_line()),
@@ -313,7 +319,8 @@ impl Session {
                 outcome
             }
             (_, Reply::Redis(frame)) => {
-                if op.command == MetaCommand::Get && crate::near_cache::get().is_some() {
+                let failed = ReadFailure::of(results.get(0)).is_some();
+                if op.command == MetaCommand::Get && !failed && crate::near_cache::get().is_some() {
                     // Takes part in the near cache's monotonic reads, like
                     // a get answered by Redis.
                     let item = super::get::redis_item(frame, OWN_REPLY).map(|i| Hit {
@@ -351,6 +358,32 @@ impl Session {
         }
     }
 }
+impl MetaOp {
+    /// Whether a failed read of this `mg` may be answered as a miss
+    /// (`redis.read_errors_as_misses`): a read of Redis that creates
+    /// nothing. With `N` a miss would claim a vivified item that does not
+    /// exist; with `T` but no `v` it is a touch (binary Touch is sent as
+    /// one), a write: both keep their error.
+    fn reads_as_miss(&self) -> bool {
+        self.command == MetaCommand::Get
+            && self.kind == Kind::Get
+            && self.side == Backend::Redis
+            && self.flags.vivify.is_none()
+            && (self.flags.value || self.flags.ttl.is_none())
+    }
+}
+
+impl Session {
+    /// A failed `mg` answered as a miss: `EN` with the flags memcached
+    /// returns on a miss (or nothing under `q`), counted.
+    fn render_meta_failed_read(&mut self, op: &MetaOp, why: ReadFailure) {
+        let routes = self.proxy.router.load();
+        let access = op.flags.ttl.map_or(Access::Read, |_| Access::Write);
+        self.read_failed_as_miss(&routes, &op.key, access, why);
+        redis_reply::render_miss(op, &mut self.wbuf);
+    }
+}
+
 /// What a meta command did, as far as replies and the shadow care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {

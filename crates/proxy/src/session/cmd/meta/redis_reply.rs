@@ -27,6 +27,22 @@ fn ttl_from_exptime(exptime: i64, now: i64) -> i64 {
     Exptime::new(exptime).ttl(u64::try_from(now).unwrap_or(0))
 }
 
+/// `mg`'s miss: `EN` and the flags memcached returns with it (nothing
+/// under `q`).
+pub(super) fn render_miss(op: &MetaOp, out: &mut BytesMut) {
+    if !op.flags.quiet {
+        out.extend_from_slice(b"EN");
+        reply::meta_flags(
+            out,
+            &op.tokens,
+            &op.key,
+            op.flags.base64,
+            &MetaReturn::default(),
+        );
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
     let flags = &op.flags;
     let key = &op.key[..];
@@ -57,9 +73,7 @@ pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Ou
                 _ => None,
             };
             let Some((item, pttl, idle, code)) = parts else {
-                if !flags.quiet {
-                    line(out, b"EN", &MetaReturn::default());
-                }
+                render_miss(op, out);
                 return Outcome::Miss;
             };
             let created = code & 2 != 0;
