@@ -119,7 +119,7 @@ fn load(s: &Setup, write_victims: bool) -> Vec<String> {
                 let h = mine[n % mine.len()];
                 let v = victims[n % victims.len()];
                 let other = healthy[(n * 7) % healthy.len()];
-                let verb = if n % 2 == 0 { "get" } else { "gets" };
+                let verb = if n.is_multiple_of(2) { "get" } else { "gets" };
                 match multi_get(&mut c, verb, &[h, v, other]) {
                     Err(e) => bad.push(format!("{verb} healthy+victim: {e}")),
                     Ok(got) => {
@@ -163,7 +163,7 @@ fn load(s: &Setup, write_victims: bool) -> Vec<String> {
                     Ok(r) if r == b"STORED\r\n" => {}
                     other => bad.push(format!("set of a healthy key: {other:?}")),
                 }
-                if write_victims && n % 5 == 0 {
+                if write_victims && n.is_multiple_of(5) {
                     let req = format!("set {} 0 0 1\r\nx\r\n", key(v));
                     match c.request(req.as_bytes()) {
                         Ok(r) if r.starts_with(b"SERVER_ERROR ") => {}
