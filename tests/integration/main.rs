@@ -11,6 +11,7 @@ mod cas_concurrency;
 mod cluster;
 mod cluster_copy;
 mod cluster_ops;
+mod cluster_redirect_order;
 mod cluster_reload;
 mod cluster_tls;
 mod deploy;
