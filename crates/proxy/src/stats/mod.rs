@@ -5,7 +5,7 @@
 mod prefix;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
@@ -115,10 +115,7 @@ impl Stats {
         out: &mut BytesMut,
         extra: impl FnOnce(&mut BytesMut),
     ) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = memshift_protocol::memcache::unix_now();
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         reply::stat(out, "pid", std::process::id());
         reply::stat(out, "uptime", facts.started.elapsed().as_secs());

@@ -132,7 +132,7 @@ impl Session {
                 retrieval.plan = Plan::Single(Backend::Memcached);
             }
             (Target::Redis { .. }, Some(exptime)) => {
-                let expiry = Expiry::from_exptime(exptime, super::unix_now());
+                let expiry = Expiry::from_exptime(exptime, memshift_protocol::memcache::unix_now());
                 translate::get_and_touch(&mut self.cmd_buf, &key, expiry);
             }
             (Target::Redis { shard }, None) => {

@@ -178,7 +178,7 @@ impl Session {
         parts: &mut Parts,
         seq: u64,
     ) {
-        let expiry = Expiry::from_exptime(exptime, super::super::unix_now());
+        let expiry = Expiry::from_exptime(exptime, memshift_protocol::memcache::unix_now());
         for (i, key) in keys.iter().enumerate() {
             self.near_write(key);
             let (side, group, _) = groups.placed[i];

@@ -23,7 +23,7 @@ use memshift_protocol::memcache::{
 use super::super::pending::{Op, Results, OWN_REPLY};
 use super::super::Session;
 use super::shadow::Change;
-use super::{unix_now, Tag};
+use super::Tag;
 use crate::near_cache::store::Hit;
 use crate::read_errors::ReadFailure;
 use crate::redis::encoding::STATE_KEY_BINARY;
@@ -31,6 +31,7 @@ use crate::redis::translate::{self, Expiry, MetaArith, MetaGet, WriteOutcome};
 use crate::redis::{BackendError, Reply};
 use crate::router::{Access, Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
+use memshift_protocol::memcache::unix_now;
 use redis_reply::render_redis;
 
 /// A meta command waiting for its backend.
@@ -52,7 +53,7 @@ pub(in crate::session) struct MetaOp {
     /// Where the write's result is replicated.
     shadow: Option<Backend>,
     /// When the request was dispatched (for `t` after `T`).
-    now: i64,
+    now: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,8 +23,8 @@ fn ttl_from_pttl(pttl: i64) -> i64 {
 
 /// TTL `t` prints after `T<exptime>` / `N<exptime>` at `now`.
 /// memcached's `t` for an item touched with `exptime` at `now`.
-fn ttl_from_exptime(exptime: i64, now: i64) -> i64 {
-    Exptime::new(exptime).ttl(u64::try_from(now).unwrap_or(0))
+fn ttl_from_exptime(exptime: i64, now: u64) -> i64 {
+    Exptime::new(exptime).ttl(now)
 }
 
 /// `mg`'s miss: `EN` and the flags memcached returns with it (nothing
