@@ -145,7 +145,7 @@ impl Session {
                     (Some(t), Some(_))
                         if position(&op.tokens, b'T') < position(&op.tokens, b'R') =>
                     {
-                        Some(Exptime::new(t).ttl(u64::try_from(now).unwrap_or(0)))
+                        Some(Exptime::new(t).ttl(now))
                     }
                     _ => None,
                 };
