@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use memshift_tests::ops_support::{mc_stats, metric, wait_until};
-use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, McClient, Memcached};
+use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, McClient, Memcached, Resp};
 
 const KEYS: usize = 90;
 const VICTIM: usize = 2;
@@ -426,4 +426,42 @@ fn miss_bytes_match_memcached() {
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(escape(g, 300), escape(w, 300), "miss form {i}");
     }
+}
+
+/// RESP keeps Redis' semantics with the switch on: a `GET` or `MGET` with
+/// a key on the down shard is an error, never a nil ("no such key"); keys
+/// elsewhere are served.
+#[test]
+fn resp_reads_of_a_down_shard_stay_errors() {
+    if !require_tools("resp_reads_of_a_down_shard_stay_errors", &["redis-server"]) {
+        return;
+    }
+    let mut cluster = memshift_tests::RespCluster::start();
+    let mut r = memshift_tests::RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(10))
+        .expect("connect RESP");
+    for i in 0..KEYS {
+        let (k, v) = (key(i), value(i, 0));
+        r.cmd(&[b"SET", k.as_bytes(), &v]).expect("SET");
+    }
+    let on = |s: usize, i: usize| {
+        cluster.shards[s]
+            .cmd(&[b"EXISTS", key(i).as_bytes()])
+            .as_int()
+            == Some(1)
+    };
+    let victim = (0..KEYS)
+        .find(|&i| on(VICTIM, i))
+        .expect("a key on the victim");
+    let healthy = (0..KEYS).find(|&i| on(0, i)).expect("a key elsewhere");
+    cluster.shards[VICTIM].stop();
+    let (v, h) = (key(victim), key(healthy));
+    let got = r.cmd(&[b"GET", v.as_bytes()]).expect("GET");
+    assert!(
+        matches!(got, Resp::Error(_)),
+        "GET of a down shard's key: {got:?}"
+    );
+    let got = r.cmd(&[b"MGET", h.as_bytes(), v.as_bytes()]).expect("MGET");
+    assert!(matches!(got, Resp::Error(_)), "MGET with one: {got:?}");
+    let got = r.cmd(&[b"GET", h.as_bytes()]).expect("GET");
+    assert_eq!(got, Resp::Bulk(Some(value(healthy, 0))));
 }
