@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use memshift_tests::process::start_memshift_on_free_ports;
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::{require_tools, Unit};
 
@@ -25,22 +24,12 @@ fn cluster_redirects_keep_a_clients_pipelined_order() {
         return;
     }
     let nodes = RedisClusterNodes::start();
-    let seeds = nodes.addrs()[..2]
-        .iter()
-        .map(|a| format!("\"{a}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
     // No periodic refresh within the test: only a -MOVED re-reads the map,
     // so the requests of each pipelined write are redirected.
-    let (memshift, _, _) = start_memshift_on_free_ports(|port, admin| {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n\
-             [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
-             [redis]\nmode = \"cluster\"\ncluster_nodes = [{seeds}]\ntimeout_ms = 5000\n\
-             cluster_refresh_ms = 600000\nconnections_per_shard = 4\n\n\
-             [migration]\nphase = \"redis\"\n"
-        )
-    });
+    let (memshift, _) = nodes.memshift_with(
+        "",
+        "timeout_ms = 5000\ncluster_refresh_ms = 600000\nconnections_per_shard = 4\n",
+    );
     let slot = nodes.keyslot("{ord}");
     let slot_arg = slot.to_string();
     let mut c = memshift.client();

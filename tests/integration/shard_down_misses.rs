@@ -96,6 +96,19 @@ fn multi_get(
     Ok(out)
 }
 
+/// Poll (up to 15 s) until a `get` of `keys` answers `values` of them.
+fn wait_values(c: &mut McClient, keys: &[usize], values: usize, what: &str) {
+    wait_until(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        what,
+        || {
+            let got = multi_get(c, "get", keys).ok()?;
+            (got.len() == values).then_some(())
+        },
+    );
+}
+
 /// Several clients for [`LOAD`]: multi-gets mixing healthy and victim keys,
 /// single gets of either, sets of healthy keys (new rounds) and, with
 /// `write_victims`, of victim keys (a frozen shard may apply them when it
@@ -349,15 +362,7 @@ fn killed_shard_reads_are_misses() {
     }
     s.cluster.memshift.rewrite_config(&s.cluster.config);
     s.cluster.memshift.sighup();
-    wait_until(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        "the switch on",
-        || {
-            let got = multi_get(&mut c, "get", &[s.healthy[0], s.victims[0]]).ok()?;
-            (got.len() == 1).then_some(())
-        },
-    );
+    wait_values(&mut c, &[s.healthy[0], s.victims[0]], 1, "the switch on");
 }
 
 #[test]
@@ -392,14 +397,11 @@ fn paused_shard_reads_are_misses_and_not_cached() {
     // second may come from the near cache); a substituted miss was never
     // cached.
     let mut fresh = s.cluster.client();
-    wait_until(
-        Duration::from_secs(15),
-        Duration::from_millis(100),
+    wait_values(
+        &mut fresh,
+        &[s.healthy[0], s.victims[1]],
+        2,
         "the shard back",
-        || {
-            let got = multi_get(&mut fresh, "get", &[s.healthy[0], s.victims[1]]).ok()?;
-            (got.len() == 2).then_some(())
-        },
     );
     for _ in 0..2 {
         for &i in &s.victims[1..] {
