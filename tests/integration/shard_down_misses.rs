@@ -201,7 +201,7 @@ fn load(s: &Setup, write_victims: bool) -> Vec<String> {
     bad
 }
 
-fn mg_and_binary_checks(c: &mut McClient, victim: &str) {
+fn read_and_write_checks(c: &mut McClient, victim: &str) {
     // A read is a miss, flags as memcached returns them on a miss.
     for (req, want) in [
         (format!("mg {victim} v f\r\n"), "EN\r\n".to_string()),
@@ -233,6 +233,30 @@ fn mg_and_binary_checks(c: &mut McClient, victim: &str) {
             escape(&got, 100)
         );
     }
+}
+
+/// The status of one binary request's response.
+fn binary_status(addr: &str, req: &[u8]) -> u16 {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(&mut s, req).unwrap();
+    let mut header = [0u8; 24];
+    std::io::Read::read_exact(&mut s, &mut header).expect("binary header");
+    u16::from_be_bytes([header[6], header[7]])
+}
+
+/// Binary: Get and GAT are misses ("Not found", 1); Touch (a write) keeps
+/// an error status.
+fn binary_checks(addr: &str, victim: &str) {
+    let k = victim.as_bytes();
+    assert_eq!(binary_status(addr, &binary(0x00, k, b"", 1)), 1, "Get");
+    assert_eq!(
+        binary_status(addr, &binary(0x1d, k, &[0, 0, 0, 30], 2)),
+        1,
+        "GAT"
+    );
+    let touch = binary_status(addr, &binary(0x1c, k, &[0, 0, 0, 30], 3));
+    assert!(touch > 1, "Touch of a down shard's key: status {touch:#x}");
 }
 
 /// A binary request (no extras unless given).
@@ -311,7 +335,8 @@ fn killed_shard_reads_are_misses() {
     assert!(bad.is_empty(), "with shard {VICTIM} killed: {bad:#?}");
     let mut c = s.cluster.client();
     let victim = key(s.victims[0]);
-    mg_and_binary_checks(&mut c, &victim);
+    read_and_write_checks(&mut c, &victim);
+    binary_checks(s.cluster.addr(), &victim);
 
     // Counted on the down shard only, and in `stats`.
     let shard = |i: usize| {
@@ -383,7 +408,7 @@ fn paused_shard_reads_are_misses_and_not_cached() {
     let victim = key(s.victims[0]);
     let (mg_ok, got) = (
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            mg_and_binary_checks(&mut c, &victim)
+            read_and_write_checks(&mut c, &victim)
         })),
         multi_get(&mut c, "get", &[s.victims[1]]),
     );
