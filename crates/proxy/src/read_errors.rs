@@ -125,3 +125,39 @@ impl ReadErrors {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn of(result: Result<Frame, BackendError>) -> Option<ReadFailure> {
+        ReadFailure::of(Some(&result.map(Reply::Redis)))
+    }
+
+    #[test]
+    fn which_results_are_failures() {
+        let error = |e: &'static [u8]| Ok(Frame::Error(Bytes::from_static(e)));
+        assert_eq!(
+            ReadFailure::of(None),
+            Some(ReadFailure::Backend(BackendError::Timeout))
+        );
+        assert_eq!(
+            of(Err(BackendError::Unavailable)),
+            Some(ReadFailure::Backend(BackendError::Unavailable))
+        );
+        assert_eq!(
+            of(error(b"LOADING Redis is loading")),
+            Some(ReadFailure::ErrorReply)
+        );
+        // A key of another type: no memcached item, a plain miss.
+        assert_eq!(of(error(b"WRONGTYPE Operation against a key")), None);
+        assert_eq!(of(Ok(Frame::Null)), None);
+        assert_eq!(of(Ok(Frame::Bulk(Bytes::from_static(b"v")))), None);
+        assert_eq!(
+            ReadFailure::ErrorReply.reply_line(),
+            b"SERVER_ERROR backend error\r\n"
+        );
+    }
+}
