@@ -83,7 +83,8 @@ fn a_wrong_password_fails_requests_and_says_why() {
     let _admin = protect(&redis);
     let memshift = Memshift::start(&config(&redis.addr(), "password = \"wrong\""));
     let mut c = memshift.client();
-    let reply = c.request_str(b"get auth:k\r\n").expect("get");
+    // A write (a read would be a miss: redis.read_errors_as_misses).
+    let reply = c.request_str(b"set auth:k 0 0 1\r\nx\r\n").expect("set");
     assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
     wait_until(
         Duration::from_secs(5),

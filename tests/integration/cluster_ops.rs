@@ -111,7 +111,7 @@ fn failover(test: &str, require_full_coverage: bool) {
         node_timeout_ms: 1000,
         require_full_coverage,
     });
-    let (memshift, _) = nodes.memshift("");
+    let memshift = memshift_telling_errors(&nodes);
     let load = load(memshift.addr(), "fo");
     run_ops(&load, 2000, "before the kill");
 
@@ -305,7 +305,7 @@ fn cluster_reshard_under_load() {
             "filler keys"
         );
     }
-    let (memshift, _) = nodes.memshift("");
+    let memshift = memshift_telling_errors(&nodes);
     let spread = load_with(memshift.addr(), "rs", 4);
     let tagged = load_with(memshift.addr(), &tag, 4);
     run_ops(&spread, 1000, "before the reshard");
@@ -363,7 +363,7 @@ fn cluster_add_node_and_rebalance_under_load() {
         return;
     }
     let mut nodes = RedisClusterNodes::start();
-    let (memshift, _) = nodes.memshift("");
+    let memshift = memshift_telling_errors(&nodes);
     let load = load(memshift.addr(), "an");
     run_ops(&load, 2000, "before the new node");
     let started = Instant::now();
@@ -416,4 +416,11 @@ fn cluster_add_node_and_rebalance_under_load() {
         "every key on the new master is served"
     );
     assert_untouched(&r, test);
+}
+
+/// memshift on `nodes` with `read_errors_as_misses = false`: the checks
+/// tell a failed read (allowed during a failover) from a miss (a lost key).
+fn memshift_telling_errors(nodes: &RedisClusterNodes) -> memshift_tests::Memshift {
+    let redis = "timeout_ms = 1000\ncluster_refresh_ms = 500\nread_errors_as_misses = false\n";
+    nodes.memshift_with("", redis).0
 }

@@ -81,7 +81,9 @@ fn known_traffic_gives_exact_counters_in_metrics_and_stats() {
     let reply = c
         .request_str(format!("get {victim}\r\n").as_bytes())
         .expect("get on a stopped shard");
-    assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
+    // Answered as a miss (redis.read_errors_as_misses), counted as a
+    // backend error and not as a backend miss.
+    assert_eq!(reply, "END\r\n");
     let errors_series = format!(
         r#"memshift_backend_errors_total{{backend="redis",shard="{shard_label}",kind="connection"}}"#
     );
@@ -105,8 +107,20 @@ fn known_traffic_gives_exact_counters_in_metrics_and_stats() {
         ),
         Some(0.0)
     );
+    assert_eq!(
+        metric_value(
+            &text,
+            &format!(r#"memshift_read_errors_as_misses_total{{shard="{shard_label}"}}"#)
+        ),
+        Some(1.0)
+    );
+    // `stats` counts what clients saw: the substituted miss too.
     let stats = mc_stats(&mut c).expect("stats");
-    assert_eq!(stats.get("get_misses").map(String::as_str), Some("5"));
+    assert_eq!(stats.get("get_misses").map(String::as_str), Some("6"));
+    assert_eq!(
+        stats.get("read_errors_as_misses").map(String::as_str),
+        Some("1")
+    );
 }
 
 /// Every line of a live `/metrics` parses with a Prometheus parser, and the

@@ -27,8 +27,11 @@ fn shard_down_fails_fast_and_recovers() {
     if !require_tools("shard_down_fails_fast_and_recovers", &["redis-server"]) {
         return;
     }
+    // The switch off: reads of the down shard fail (on: see
+    // `shard_down_misses`).
     let mut cluster = Cluster::start_with(ClusterOptions {
         timeout_ms: TIMEOUT_MS,
+        redis_extra: "read_errors_as_misses = false\n".into(),
         ..ClusterOptions::default()
     });
     let mut c = cluster.client();

@@ -712,7 +712,12 @@ fn tls_to_redis_server_name_is_verified() {
     assert_eq!(shard.dbsize(), 1);
 
     let wrong = start("not-the-shard.example");
-    let reply = wrong.memshift.client().request_str(b"get n\r\n").unwrap();
+    // A write (a read would be a miss: redis.read_errors_as_misses).
+    let reply = wrong
+        .memshift
+        .client()
+        .request_str(b"set n 0 0 1\r\nx\r\n")
+        .unwrap();
     assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
     eventually("the name mismatch is logged", || {
         wrong.memshift.stderr().contains("not-the-shard.example")

@@ -382,6 +382,15 @@ impl RedisClusterNodes {
 
     /// memshift in cluster mode over these nodes (two seeds).
     pub fn memshift(&self, server_extra: &str) -> (Memshift, String) {
+        self.memshift_with(
+            server_extra,
+            "timeout_ms = 1000\ncluster_refresh_ms = 500\n",
+        )
+    }
+
+    /// [`Self::memshift`] with these `[redis]` lines instead of its
+    /// `timeout_ms` and `cluster_refresh_ms`.
+    pub fn memshift_with(&self, server_extra: &str, redis_lines: &str) -> (Memshift, String) {
         let seeds = self.addrs()[..2]
             .iter()
             .map(|a| format!("\"{a}\""))
@@ -391,7 +400,7 @@ impl RedisClusterNodes {
             format!(
                 "[server]\nlisten = \"127.0.0.1:{port}\"\n{server_extra}\n\
                  [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
-                 [redis]\nmode = \"cluster\"\ncluster_nodes = [{seeds}]\ntimeout_ms = 1000\ncluster_refresh_ms = 500\n\n\
+                 [redis]\nmode = \"cluster\"\ncluster_nodes = [{seeds}]\n{redis_lines}\n\
                  [migration]\nphase = \"redis\"\n"
             )
         });

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod near_cache;
 pub mod plan;
 pub mod proxy;
+pub mod read_errors;
 pub mod redis;
 pub mod resp;
 pub mod ring_plan;

@@ -180,6 +180,11 @@ fn differential_stats_detail() {
     };
     let mut r = Side::connect("reference memcached", &reference.addr());
     let mut t = Side::connect(target.name(), &target.addr());
+    let mut too_large = b"set h:1 0 0 2000000\r\n".to_vec();
+    too_large.extend(std::iter::repeat_n(b'x', 2_000_000));
+    too_large.extend_from_slice(b"\r\nset h:2 0 0 2000000 noreply\r\n");
+    too_large.extend(std::iter::repeat_n(b'x', 2_000_000));
+    too_large.extend_from_slice(b"\r\nstats detail dump\r\n");
     let steps: &[(&str, &[u8])] = &[
         ("off: nothing counted", b"set a:0 0 0 1\r\nx\r\nstats detail dump\r\n"),
         ("on", b"stats detail on\r\n"),
@@ -188,6 +193,14 @@ fn differential_stats_detail() {
             b"set a:1 0 0 1\r\nx\r\nadd a:1 0 0 1\r\nx\r\nreplace b:2 0 0 1\r\nx\r\nget a:1 b:2 nokey\r\nget a:1\r\ngat 0 a:1 c:1\r\ntouch a:1 0\r\nincr a:1 1\r\ndelete a:1\r\ndelete d:1\r\nmg e:1 v\r\nset :x 0 0 1\r\nx\r\nset a:b:c 0 0 1\r\nx\r\nset ab:1 0 0 1\r\nx\r\nset plain 0 0 1\r\nx\r\n",
         ),
         ("dump", b"stats detail dump\r\n"),
+        // memcached counts the set of a storage line it parsed, even when
+        // it then refuses the data (bad chunk, too large; noreply too), not
+        // of a bad line, nor of `ms`.
+        (
+            "refused stores",
+            b"set f:a 0 0 1\r\nxx\r\nadd f:b 0 0 1\r\nxx\r\ncas f:c 0 0 1 5\r\nxx\r\nappend f:d 0 0 1 noreply\r\nxx\r\nset g:e abc 0 1\r\nx\r\nset g:f 0 0 -1\r\nms g:g 2\r\nxxx\r\nstats detail dump\r\n",
+        ),
+        ("too large", &too_large),
         ("off keeps the counts", b"stats detail off\r\nget a:1\r\nstats detail dump\r\n"),
         ("reset clears them", b"stats reset\r\nstats detail dump\r\n"),
         ("on again", b"stats detail on\r\nset z:1 0 0 1\r\nx\r\nstats detail dump\r\nstats detail off\r\n"),

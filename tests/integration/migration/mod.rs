@@ -15,6 +15,8 @@
 //! - `backfill`: a memcached-only key is served and copied with its flags
 //!   and remaining TTL (canary, then cutover after a SIGHUP);
 //! - `compare`: `memshift_compare_total{result}`;
+//! - `read_errors`: a failed Redis read in cutover is a miss, not a backfill;
+//!   a failed legacy read (phase memcached) stays a `SERVER_ERROR`;
 //! - `bulk_copy`: `memshift copy` of 100,000 items, progress, `--verify`.
 
 mod backfill;
@@ -24,6 +26,7 @@ mod compare;
 mod legacy_app;
 mod meta;
 mod phases;
+mod read_errors;
 mod shadow_down;
 
 use std::time::Duration;

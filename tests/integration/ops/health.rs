@@ -1,6 +1,7 @@
 //! `redis.on_shard_down`: "fail" (fast SERVER_ERROR, no re-hash) vs "eject"
 //! (the shard leaves the ring after `eject_after_failures` failed health
-//! checks and comes back when it answers again).
+//! checks and comes back when it answers again). With
+//! `read_errors_as_misses = false`, so a failed read is told from a miss.
 
 use std::time::{Duration, Instant};
 
@@ -46,7 +47,7 @@ fn fail_policy_fails_fast_without_rehash_and_recovers() {
     let mut cluster = Cluster::start_with(opts(
         3,
         "",
-        "on_shard_down = \"fail\"\neject_after_failures = 2\nhealth_check_interval_ms = 100",
+        "on_shard_down = \"fail\"\neject_after_failures = 2\nhealth_check_interval_ms = 100\nread_errors_as_misses = false",
     ));
     let placement = write_and_place(&cluster, "fail", N, 0);
     let victims: Vec<usize> = (0..N).filter(|&i| placement[i] == VICTIM).collect();
@@ -155,7 +156,7 @@ fn fail_policy_fails_fast_without_rehash_and_recovers() {
 }
 
 const EJECT: &str =
-    "on_shard_down = \"eject\"\neject_after_failures = 3\nhealth_check_interval_ms = 100";
+    "on_shard_down = \"eject\"\neject_after_failures = 3\nhealth_check_interval_ms = 100\nread_errors_as_misses = false";
 
 /// Polls until every victim key can be set and read back through one new
 /// connection (SERVER_ERROR is allowed while polling: the ring or a
@@ -407,7 +408,7 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
     let mut cluster = Cluster::start_with(opts(
         2,
         "",
-        "on_shard_down = \"eject\"\neject_after_failures = 1\nhealth_check_interval_ms = 200",
+        "on_shard_down = \"eject\"\neject_after_failures = 1\nhealth_check_interval_ms = 200\nread_errors_as_misses = false",
     ));
     let placement = write_and_place(&cluster, PREFIX, 60, 0);
     let victims: Vec<usize> = (0..placement.len())

@@ -102,6 +102,11 @@ pub enum ProtocolError<'a> {
         reply: &'static [u8],
         skip: usize,
         delete: Option<StaleKey<'a>>,
+        /// The key of a classic storage command (set, add, replace,
+        /// append, prepend, cas) refused after its line was valid (object
+        /// too large, bad data chunk): memcached counts its `set` in `stats
+        /// detail` all the same (not for a bad line, nor for `ms`).
+        counted_set: Option<&'a [u8]>,
     },
     /// memcached closes the connection (e.g. an over-long line that is not a
     /// multi-get). `reply` is written first if not empty.
@@ -168,6 +173,7 @@ impl<'a> Line<'a> {
             reply,
             skip: self.len,
             delete: None,
+            counted_set: None,
         })
     }
 

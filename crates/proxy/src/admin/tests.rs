@@ -126,6 +126,7 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     shard.set_up(true);
     shard.error(ErrorKind::Timeout);
     m.shard(Backend::Memcached, "127.0.0.1:21211");
+    m.read_errors_as_misses("r1").increment(2);
     m.client_connected(crate::metrics::Transport::Tcp);
     m.client_connected(crate::metrics::Transport::Tcp);
     m.client_disconnected(crate::metrics::Transport::Tcp);

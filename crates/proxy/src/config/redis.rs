@@ -23,6 +23,9 @@ pub struct RedisConfig {
     pub timeout_ms: u64,
     pub connect_timeout_ms: u64,
     pub on_shard_down: ShardDownPolicy,
+    /// A memcached read (get, gets, gat, gats, mg, binary get) of a key whose
+    /// shard failed is answered as a miss instead of `SERVER_ERROR`.
+    pub read_errors_as_misses: bool,
     /// Consecutive failures before a shard counts as down.
     pub eject_after_failures: u32,
     pub health_check_interval_ms: u64,
@@ -64,6 +67,7 @@ impl Default for RedisConfig {
             timeout_ms: 500,
             connect_timeout_ms: 1000,
             on_shard_down: ShardDownPolicy::Fail,
+            read_errors_as_misses: true,
             eject_after_failures: 3,
             health_check_interval_ms: 1000,
             max_inflight_per_connection: 10_000,
@@ -90,6 +94,7 @@ impl fmt::Debug for RedisConfig {
             .field("timeout_ms", &self.timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("on_shard_down", &self.on_shard_down)
+            .field("read_errors_as_misses", &self.read_errors_as_misses)
             .field("eject_after_failures", &self.eject_after_failures)
             .field("health_check_interval_ms", &self.health_check_interval_ms)
             .field(

@@ -100,6 +100,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(r.timeout_ms, 500);
     assert_eq!(r.connect_timeout_ms, 1000);
     assert_eq!(r.on_shard_down, ShardDownPolicy::Fail);
+    assert!(r.read_errors_as_misses);
     assert_eq!(r.eject_after_failures, 3);
     assert_eq!(r.health_check_interval_ms, 1000);
     assert_eq!(r.max_inflight_per_connection, 10_000);
@@ -1124,4 +1125,16 @@ fn resp_listen_keys_parse() {
         )),
         &["server.resp_listen", "IP:port"],
     );
+}
+
+#[test]
+fn read_errors_as_misses_parses_and_is_live() {
+    let off = MIN.replace("[redis]", "[redis]\nread_errors_as_misses = false");
+    let c = Config::from_toml_str(&off).expect("valid");
+    assert!(!c.redis.read_errors_as_misses);
+    assert!(format!("{:?}", c.redis).contains("read_errors_as_misses: false"));
+    // Applied by a reload, no restart.
+    assert!(ok("").restart_required_changes(&c).is_empty());
+    let bad = MIN.replace("[redis]", "[redis]\nread_errors_as_misses = \"yes\"");
+    assert!(Config::from_toml_str(&bad).is_err());
 }

@@ -64,6 +64,7 @@ pub const GET_HITS: &str = "memshift_get_hits_total";
 pub const GET_MISSES: &str = "memshift_get_misses_total";
 pub const BACKEND_ERRORS: &str = "memshift_backend_errors_total";
 pub const BACKEND_UP: &str = "memshift_backend_up";
+pub const READ_ERRORS_AS_MISSES: &str = "memshift_read_errors_as_misses_total";
 pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
 pub const TRANSPORT_CONNECTIONS: &str = "memshift_transport_connections";
@@ -83,7 +84,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 22] = [
+pub const FAMILIES: [(&str, &str, &str); 23] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -113,6 +114,11 @@ pub const FAMILIES: [(&str, &str, &str); 22] = [
         BACKEND_UP,
         "gauge",
         "1 while the shard or server answers, 0 while it is down.",
+    ),
+    (
+        READ_ERRORS_AS_MISSES,
+        "counter",
+        "Keys of memcached reads answered as misses because their Redis shard failed (redis.read_errors_as_misses), by shard.",
     ),
     (CLIENT_CONNECTIONS, "gauge", "Open client connections."),
     (

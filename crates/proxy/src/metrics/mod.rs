@@ -216,6 +216,16 @@ impl Metrics {
         ShardMetrics::register(&self.recorder, backend, shard)
     }
 
+    /// `memshift_read_errors_as_misses_total{shard}` (registered, or on
+    /// reload looked up again).
+    pub fn read_errors_as_misses(&self, shard: &str) -> Counter {
+        registry::counter(
+            &self.recorder,
+            families::READ_ERRORS_AS_MISSES,
+            &[("shard", shard)],
+        )
+    }
+
     /// Registers shard series later: Redis Cluster nodes found after start.
     pub fn shard_registry(&self) -> ShardRegistry {
         ShardRegistry(self.recorder.clone())

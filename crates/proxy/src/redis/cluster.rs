@@ -259,17 +259,14 @@ impl Cluster {
             return caller.reply.send(Err(BackendError::Unavailable));
         }
         let hops = caller.hops + 1;
-        let caller = Routed {
-            reply: caller.reply,
-            hops,
-        };
+        let caller = Routed { hops, ..caller };
         // A request redirected by `-ASK` before carries its `ASKING`.
         let bytes = if bytes.starts_with(ASKING) {
             bytes.slice(ASKING.len()..)
         } else {
             bytes
         };
-        let lane = caller.reply.seq as usize;
+        let lane = caller.lane;
         match redirect {
             Redirect::Moved { slot, addr } => {
                 self.refresh.notify_one();
@@ -326,15 +323,11 @@ impl Cluster {
             };
             match redirect {
                 Redirect::Retry => match cluster.node(&from) {
-                    Some(node) => node.send_routed(caller.reply.seq as usize, bytes, false, caller),
+                    Some(node) => node.send_routed(caller.lane, bytes, false, caller),
                     None => caller.reply.send(Err(BackendError::Unavailable)),
                 },
                 // Another hop: `forward` counts it and re-checks the map.
                 redirect => {
-                    let caller = Routed {
-                        reply: caller.reply,
-                        hops: caller.hops,
-                    };
                     cluster.forward(redirect, caller, bytes, &from);
                 }
             }
@@ -356,6 +349,7 @@ impl Cluster {
                     part: i as u32,
                 },
                 hops: caller.hops,
+                lane,
             };
             match self.node_for(key) {
                 Some(node) => node.send_routed(lane, cmd.freeze(), false, one),

@@ -55,6 +55,10 @@ impl ReplyTo {
 pub struct Routed {
     pub reply: ReplyTo,
     pub hops: u8,
+    /// The session's connection lane: a redirected request is re-sent on
+    /// the same lane of its new node, so one client's requests stay in
+    /// order there (as on the node they were first sent to).
+    pub lane: usize,
 }
 
 /// What a backend answered.

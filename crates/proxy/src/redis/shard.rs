@@ -102,6 +102,7 @@ impl Shard {
         let caller = Routed {
             reply: req.reply,
             hops: 0,
+            lane,
         };
         self.send_routed(lane, req.cmd, false, caller);
     }

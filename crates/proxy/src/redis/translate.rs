@@ -23,8 +23,7 @@ pub enum Expiry {
 
 impl Expiry {
     /// memcached 1.6's rules for an exptime seen at `now_unix`.
-    pub fn from_exptime(exptime: i64, now_unix: i64) -> Expiry {
-        let now = u64::try_from(now_unix).unwrap_or(0);
+    pub fn from_exptime(exptime: i64, now: u64) -> Expiry {
         match Exptime::new(exptime) {
             Exptime::Never => Expiry::Never,
             Exptime::Relative(s) => Expiry::In(i64::from(s)),
@@ -501,14 +500,15 @@ mod tests {
 
     #[test]
     fn exptime_rules_follow_memcached() {
-        let now = 1_700_000_000;
+        let now = 1_700_000_000u64;
+        let at = now as i64;
         assert_eq!(Expiry::from_exptime(0, now), Expiry::Never);
         assert_eq!(Expiry::from_exptime(-1, now), Expiry::Past);
         assert_eq!(Expiry::from_exptime(1, now), Expiry::In(1));
         assert_eq!(Expiry::from_exptime(2_592_000, now), Expiry::In(2_592_000));
         assert_eq!(Expiry::from_exptime(2_592_001, now), Expiry::Past);
-        assert_eq!(Expiry::from_exptime(now, now), Expiry::Past);
-        assert_eq!(Expiry::from_exptime(now + 10, now), Expiry::At(now + 10));
+        assert_eq!(Expiry::from_exptime(at, now), Expiry::Past);
+        assert_eq!(Expiry::from_exptime(at + 10, now), Expiry::At(at + 10));
         assert_eq!(Expiry::from_exptime(i64::MAX, now), Expiry::At(i64::MAX));
         assert_eq!(Expiry::from_exptime(i64::MIN, now), Expiry::Past);
     }

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use crate::config::{Config, RedisMode, ShardDownPolicy};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+use crate::read_errors::ReadErrors;
 use crate::redis::cluster::Cluster;
 use crate::redis::connection::ConnectionSettings;
 use crate::redis::shard::Shard;
@@ -155,6 +156,8 @@ pub struct RedisBackends {
     pub shards: Vec<Arc<Shard>>,
     /// Per-request deadline (`redis.timeout_ms`).
     pub request_timeout: Duration,
+    /// `redis.read_errors_as_misses` and its per-shard tallies.
+    pub read_errors: ReadErrors,
 }
 
 impl RedisBackends {
@@ -170,6 +173,7 @@ impl RedisBackends {
         if redis.mode == RedisMode::Cluster {
             let cluster = Cluster::start(config, metrics).map_err(ProxyError::Other)?;
             return Ok(RedisBackends {
+                read_errors: ReadErrors::new(redis.read_errors_as_misses, &cluster.shards, metrics),
                 shards: cluster.shards.clone(),
                 placement: Placement::Cluster(cluster),
                 request_timeout: Duration::from_millis(redis.timeout_ms),
@@ -210,6 +214,7 @@ impl RedisBackends {
             })
             .collect();
         let backends = RedisBackends {
+            read_errors: ReadErrors::new(redis.read_errors_as_misses, &shards, metrics),
             placement,
             shards,
             request_timeout: Duration::from_millis(redis.timeout_ms),

@@ -203,7 +203,11 @@ impl Session {
                     reply,
                     skip,
                     delete,
+                    counted_set,
                 }) => {
+                    if let Some(key) = counted_set {
+                        self.proxy.stats.prefixes.record_set(key);
+                    }
                     // memcached drops the old item of a store it refused.
                     if let Some(key) = delete.and_then(stale_key) {
                         self.delete_quietly(key);

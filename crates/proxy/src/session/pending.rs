@@ -76,7 +76,7 @@ pub(super) struct MetaOp {
     /// Where the write's result is replicated.
     pub(super) shadow: Option<Backend>,
     /// When the request was dispatched (for `t` after `T`).
-    pub(super) now: i64,
+    pub(super) now: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 mod prefix;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
@@ -38,6 +38,9 @@ pub struct Stats {
     pub touch_hits: AtomicU64,
     pub touch_misses: AtomicU64,
     pub slow_consumers_closed: AtomicU64,
+    /// Keys of reads answered as misses because their shard failed
+    /// (`redis.read_errors_as_misses`).
+    pub read_errors_as_misses: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     /// Requests read but left unanswered at the drain deadline (not a
@@ -102,6 +105,7 @@ impl Stats {
             &self.touch_hits,
             &self.touch_misses,
             &self.slow_consumers_closed,
+            &self.read_errors_as_misses,
             &self.bytes_read,
             &self.bytes_written,
         ] {
@@ -118,10 +122,7 @@ impl Stats {
         out: &mut BytesMut,
         extra: impl FnOnce(&mut BytesMut),
     ) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = memshift_protocol::memcache::unix_now();
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         reply::stat(out, "pid", std::process::id());
         reply::stat(out, "uptime", facts.started.elapsed().as_secs());
@@ -157,6 +158,11 @@ impl Stats {
             out,
             "slow_consumers_closed",
             get(&self.slow_consumers_closed),
+        );
+        reply::stat(
+            out,
+            "read_errors_as_misses",
+            get(&self.read_errors_as_misses),
         );
         extra(out);
         out.extend_from_slice(reply::END);

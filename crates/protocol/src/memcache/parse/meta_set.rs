@@ -46,6 +46,7 @@ pub(super) fn parse<'a>(
             reply,
             skip: block_end,
             delete: None,
+            counted_set: None,
         })
     };
 
@@ -75,6 +76,7 @@ pub(super) fn parse<'a>(
                 key,
                 base64: flags.base64,
             }),
+            counted_set: None,
         });
     }
     let (Some(data), Some(terminator)) =

@@ -65,6 +65,7 @@ pub(super) fn parse<'a>(
             },
             skip: block_end,
             delete: (command == StorageCommand::Set).then_some(StaleKey { key, base64: false }),
+            counted_set: Some(key),
         });
     }
     let (Some(data), Some(terminator)) =
@@ -82,6 +83,7 @@ pub(super) fn parse<'a>(
             },
             skip: block_end,
             delete: None,
+            counted_set: Some(key),
         });
     }
     Parsed::Complete {

@@ -229,7 +229,7 @@ impl RespSession {
         match sub.as_deref() {
             None => self.command_from_shard(b"COMMAND", false),
             Some(b"COUNT") => {
-                let n = super::SERVED.len() as i64;
+                let n = super::table::COMMANDS.len() as i64;
                 self.push_bytes(|b| out::integer(b, n))
             }
             // Docs are optional for clients (redis-cli uses them for
@@ -241,9 +241,9 @@ impl RespSession {
             Some(b"INFO") => self.command_from_shard(b"INFO", true),
             Some(b"LIST") => {
                 self.push_bytes(|b| {
-                    out::array(b, super::SERVED.len());
-                    for name in super::SERVED {
-                        out::bulk(b, name.as_bytes());
+                    out::array(b, super::table::COMMANDS.len());
+                    for c in super::table::COMMANDS {
+                        out::bulk(b, c.name.as_bytes());
                     }
                 })
             }

@@ -22,9 +22,9 @@ mod refused;
 mod relay;
 mod server;
 mod strings;
+mod table;
 
 use bytes::Bytes;
-use memshift_protocol::resp::reply::Shape;
 use memshift_protocol::resp::CommandWriter;
 
 pub(super) use near::near_before_reply;
@@ -34,212 +34,24 @@ use super::RespSession;
 use crate::metrics::command_index;
 use crate::redis::ReplyTo;
 use crate::router::{Routes, Target};
+use table::Family;
 
 /// Longest command name looked up (longer ones are unknown).
 const MAX_NAME: usize = 24;
 
-/// Who serves a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Family {
-    Connection,
-    Server,
-    Strings,
-    /// Sent to the shard of the key in `args[1]`.
-    Relay(Shape),
-    /// EVAL/EVALSHA: the key in `args[3]` (exactly one key).
-    Script,
-    Multi,
-    /// SCAN, KEYS, RANDOMKEY over every shard; OBJECT on its key's.
-    Keyspace,
-    Refused(&'static str),
-}
-
 /// The family of `upper` (an upper-case command name) and its metrics group.
 fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
-    use Family::*;
-    Some(match upper {
-        b"HELLO" | b"AUTH" | b"PING" | b"ECHO" | b"QUIT" | b"SELECT" | b"CLIENT" | b"COMMAND"
-        | b"RESET" => (Connection, "connection"),
-        b"INFO" | b"DBSIZE" | b"FLUSHDB" | b"FLUSHALL" | b"SCRIPT" | b"CONFIG" | b"TIME" => {
-            (Server, "server")
-        }
-        b"SCAN" | b"KEYS" | b"RANDOMKEY" | b"OBJECT" => (Keyspace, "keys"),
-        b"GET" | b"GETEX" | b"GETDEL" => (Strings, "get"),
-        b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" => (Strings, "set"),
-        b"INCR" | b"INCRBY" | b"INCRBYFLOAT" => (Strings, "incr"),
-        b"DECR" | b"DECRBY" => (Strings, "decr"),
-        b"APPEND" => (Strings, "append"),
-        b"STRLEN" | b"GETRANGE" | b"SUBSTR" | b"SETRANGE" => (Strings, "strings"),
-        b"MGET" => (Multi, "get"),
-        b"MSET" | b"MSETNX" => (Multi, "set"),
-        b"DEL" | b"UNLINK" => (Multi, "delete"),
-        b"EXISTS" => (Multi, "keys"),
-        b"TOUCH" => (Multi, "touch"),
-        b"HGETALL" => (Relay(Shape::Map), "hashes"),
-        b"HSET" | b"HSETNX" | b"HGET" | b"HMGET" | b"HMSET" | b"HDEL" | b"HLEN" | b"HSTRLEN"
-        | b"HINCRBY" | b"HINCRBYFLOAT" | b"HKEYS" | b"HVALS" | b"HEXISTS" | b"HRANDFIELD"
-        | b"HSCAN" => (Relay(Shape::Plain), "hashes"),
-        b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX" | b"LPOP" | b"RPOP" | b"LLEN" | b"LRANGE"
-        | b"LINDEX" | b"LSET" | b"LINSERT" | b"LREM" | b"LTRIM" | b"LPOS" => {
-            (Relay(Shape::Plain), "lists")
-        }
-        b"SMEMBERS" => (Relay(Shape::Set), "sets"),
-        b"SADD" | b"SREM" | b"SISMEMBER" | b"SMISMEMBER" | b"SCARD" | b"SPOP" | b"SRANDMEMBER"
-        | b"SSCAN" => (Relay(Shape::Plain), "sets"),
-        b"ZSCORE" | b"ZINCRBY" => (Relay(Shape::Double), "zsets"),
-        b"ZMSCORE" => (Relay(Shape::Doubles), "zsets"),
-        // WITHSCORES decides the shape (see `relay`).
-        b"ZRANGE" | b"ZREVRANGE" | b"ZRANGEBYSCORE" | b"ZREVRANGEBYSCORE" => {
-            (Relay(Shape::ScorePairs), "zsets")
-        }
-        b"ZADD" | b"ZREM" | b"ZCARD" | b"ZCOUNT" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX"
-        | b"ZRANK" | b"ZREVRANK" | b"ZREMRANGEBYRANK" | b"ZREMRANGEBYSCORE" | b"ZREMRANGEBYLEX"
-        | b"ZLEXCOUNT" | b"ZPOPMIN" | b"ZPOPMAX" | b"ZRANDMEMBER" | b"ZSCAN" => {
-            (Relay(Shape::Plain), "zsets")
-        }
-        b"EXPIRE" | b"PEXPIRE" | b"EXPIREAT" | b"PEXPIREAT" | b"PERSIST" => {
-            (Relay(Shape::Plain), "touch")
-        }
-        b"TTL" | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME" | b"TYPE" => {
-            (Relay(Shape::Plain), "keys")
-        }
-        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" => (Script, "scripts"),
-        other => (Refused(refused::reason(other)?), "refused"),
-    })
+    if let Some(c) = table::find(upper) {
+        return Some((c.family, c.group));
+    }
+    Some((Family::Refused(refused::reason(upper)?), "refused"))
 }
 
 /// Whether memshift serves the command (for COMMAND's answers).
 pub(super) fn is_served(name: &[u8]) -> bool {
     let mut buf = [0u8; MAX_NAME];
-    upper(name, &mut buf)
-        .and_then(lookup)
-        .is_some_and(|(f, _)| !matches!(f, Family::Refused(_)))
+    upper(name, &mut buf).and_then(table::find).is_some()
 }
-
-/// Every command memshift serves (COMMAND COUNT; docs/resp.md).
-pub(super) const SERVED: &[&str] = &[
-    "hello",
-    "auth",
-    "ping",
-    "echo",
-    "quit",
-    "select",
-    "client",
-    "command",
-    "reset",
-    "info",
-    "dbsize",
-    "flushdb",
-    "flushall",
-    "script",
-    "config",
-    "time",
-    "scan",
-    "keys",
-    "randomkey",
-    "object",
-    "get",
-    "getex",
-    "getdel",
-    "set",
-    "setnx",
-    "setex",
-    "psetex",
-    "getset",
-    "incr",
-    "incrby",
-    "incrbyfloat",
-    "decr",
-    "decrby",
-    "append",
-    "strlen",
-    "getrange",
-    "substr",
-    "setrange",
-    "mget",
-    "mset",
-    "msetnx",
-    "del",
-    "unlink",
-    "exists",
-    "touch",
-    "hgetall",
-    "hset",
-    "hsetnx",
-    "hget",
-    "hmget",
-    "hmset",
-    "hdel",
-    "hlen",
-    "hstrlen",
-    "hincrby",
-    "hincrbyfloat",
-    "hkeys",
-    "hvals",
-    "hexists",
-    "hrandfield",
-    "hscan",
-    "lpush",
-    "rpush",
-    "lpushx",
-    "rpushx",
-    "lpop",
-    "rpop",
-    "llen",
-    "lrange",
-    "lindex",
-    "lset",
-    "linsert",
-    "lrem",
-    "ltrim",
-    "lpos",
-    "smembers",
-    "sadd",
-    "srem",
-    "sismember",
-    "smismember",
-    "scard",
-    "spop",
-    "srandmember",
-    "sscan",
-    "zscore",
-    "zincrby",
-    "zmscore",
-    "zrange",
-    "zrevrange",
-    "zrangebyscore",
-    "zrevrangebyscore",
-    "zadd",
-    "zrem",
-    "zcard",
-    "zcount",
-    "zrangebylex",
-    "zrevrangebylex",
-    "zrank",
-    "zrevrank",
-    "zremrangebyrank",
-    "zremrangebyscore",
-    "zremrangebylex",
-    "zlexcount",
-    "zpopmin",
-    "zpopmax",
-    "zrandmember",
-    "zscan",
-    "expire",
-    "pexpire",
-    "expireat",
-    "pexpireat",
-    "persist",
-    "ttl",
-    "pttl",
-    "expiretime",
-    "pexpiretime",
-    "type",
-    "eval",
-    "evalsha",
-    "eval_ro",
-    "evalsha_ro",
-];
 
 fn upper<'a>(name: &[u8], buf: &'a mut [u8; MAX_NAME]) -> Option<&'a [u8]> {
     let dst = buf.get_mut(..name.len())?;
@@ -425,24 +237,12 @@ impl RespSession {
     }
 }
 
-/// Commands that never change a string key (the near cache keeps only
-/// memcached items, which are strings).
+/// Commands that never change a string key (see `table::Command::read`).
 fn reads_only(name: &[u8]) -> bool {
-    const READS: &[&[u8]] = &[
-        b"GET",
-        b"MGET",
-        b"STRLEN",
-        b"GETRANGE",
-        b"SUBSTR",
-        b"EXISTS",
-        b"TTL",
-        b"PTTL",
-        b"EXPIRETIME",
-        b"PEXPIRETIME",
-        b"TYPE",
-        b"OBJECT",
-    ];
-    READS.iter().any(|r| r.eq_ignore_ascii_case(name))
+    let mut buf = [0u8; MAX_NAME];
+    upper(name, &mut buf)
+        .and_then(table::find)
+        .is_some_and(|c| c.read)
 }
 
 /// Append at most `max` bytes of `s`, unprintable ones as `?` (error

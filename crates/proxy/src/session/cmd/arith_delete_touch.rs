@@ -7,10 +7,11 @@ use memshift_protocol::memcache::{client, ArithCommand};
 use super::super::pending::{Op, WriteKind};
 use super::super::Session;
 use super::write::single_key_write;
-use super::{unix_now, Tag};
+use super::Tag;
 use crate::redis::translate::{self, Expiry};
 use crate::router::{ReplyShape, Routes, Target};
 use crate::stats::bump;
+use memshift_protocol::memcache::unix_now;
 
 impl Session {
     pub(super) fn dispatch_arith(

@@ -170,8 +170,3 @@ impl Session {
         routes.send(target, self.lane, cmd, shape, reply);
     }
 }
-
-/// memshift's one clock, as the exptime arithmetic here takes it.
-fn unix_now() -> i64 {
-    i64::try_from(memshift_protocol::memcache::unix_now()).unwrap_or(i64::MAX)
-}

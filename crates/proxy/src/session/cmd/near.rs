@@ -20,6 +20,7 @@ use crate::near_cache::coalesce::{self, Joined, Lead};
 use crate::near_cache::store::{self, Hit, Limits, Lookup, Through, Ticket};
 use crate::near_cache::tracking::ThroughWrite;
 use crate::near_cache::Tracking;
+use crate::read_errors::ReadFailure;
 use crate::redis::translate::{self, Expiry};
 use crate::redis::{BackendError, BackendReply, Reply};
 use crate::router::{ReplyShape, Routes, Target};
@@ -245,7 +246,11 @@ pub(in crate::session) fn land(r: &mut Retrieval, result: &PartResult, limits: &
         return;
     }
     if let Some(near) = crate::near_cache::get() {
-        if let (Ok(Reply::Redis(frame)), Some(key)) = (result, r.keys.iter().next()) {
+        // A failed read (an error reply) says nothing about the key: each
+        // waiter answers it as its own failure.
+        let failed = ReadFailure::of(Some(result)).is_some();
+        if let (Ok(Reply::Redis(frame)), Some(key), false) = (result, r.keys.iter().next(), failed)
+        {
             let item = redis_item(frame, OWN_REPLY).map(|i| Hit {
                 flags: i.flags,
                 cas: i.cas,

@@ -8,11 +8,12 @@ use super::super::pending::{Op, WriteKind};
 use super::super::Session;
 use super::shadow::Change;
 use super::write::single_key_write;
-use super::{unix_now, Tag};
+use super::Tag;
 use crate::near_cache::store::Hit;
 use crate::redis::translate::{self, Expiry};
 use crate::router::{ReplyShape, Routes, Target};
 use crate::stats::bump;
+use memshift_protocol::memcache::unix_now;
 
 impl Session {
     #[allow(clippy::too_many_arguments)]

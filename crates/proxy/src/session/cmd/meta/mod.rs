@@ -8,28 +8,29 @@
 //! (mg: `EN`; ms and md: `HD`; ma: the success of an existing counter).
 
 //!
+//! * `encode`: the Redis command of each verb.
 //! * `redis_reply`: a Redis reply → the meta reply line.
 //! * `debug`: `me`, memcached's item dump, from what Redis knows.
 
 mod debug;
+mod encode;
 mod redis_reply;
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::memcache::reply;
-use memshift_protocol::memcache::{
-    base64, ArithCommand, Exptime, MetaCommand, MetaFlags, MetaSetMode, StorageCommand,
-};
+use memshift_protocol::memcache::{base64, MetaCommand, MetaFlags, MetaSetMode};
 
 use super::super::pending::{Kind, MetaOp, Op, Results, OWN_REPLY};
 use super::super::Session;
 use super::shadow::Change;
-use super::{unix_now, Tag};
+use super::Tag;
 use crate::near_cache::store::Hit;
-use crate::redis::encoding::STATE_KEY_BINARY;
-use crate::redis::translate::{self, Expiry, MetaArith, MetaGet, WriteOutcome};
+use crate::read_errors::ReadFailure;
+use crate::redis::translate::WriteOutcome;
 use crate::redis::{BackendError, Reply};
-use crate::router::{ReplyShape, Routes, Target};
+use crate::router::{Access, Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
+use memshift_protocol::memcache::unix_now;
 use redis_reply::render_redis;
 
 impl Session {
@@ -44,8 +45,6 @@ impl Session {
         data: Bytes,
         flags: MetaFlags,
     ) {
-        let proxy = self.proxy.clone();
-        let stats = &proxy.stats;
         let key = if flags.base64 {
             match base64::decode(&raw_key) {
                 Some(k) => Bytes::from(k),
@@ -61,14 +60,7 @@ impl Session {
         if command != MetaCommand::Get || flags.ttl.is_some() {
             self.near_write(&key);
         }
-        match command {
-            MetaCommand::Get => bump(&stats.cmd_get),
-            MetaCommand::Set => bump(&stats.cmd_set),
-            MetaCommand::Delete | MetaCommand::Arith | MetaCommand::Debug => {}
-        }
-        if flags.ttl.is_some() && command == MetaCommand::Get {
-            bump(&stats.cmd_touch);
-        }
+        count_meta(&self.proxy.stats, command, &flags);
         let now = unix_now();
         let route = routes.route(&key);
         let mut op = MetaOp {
@@ -90,160 +82,12 @@ impl Session {
             self.push_waiting(Op::Meta(Box::new(op)), 1, tag.deadline);
             return;
         }
-        let key = op.key.clone();
-        let expiry = |exptime: i64| Expiry::from_exptime(exptime, now);
         match command {
-            MetaCommand::Get => {
-                // Every mg runs the script: a stale item answers X and hands
-                // out W even to a plain `mg`, and a hit marks it fetched.
-                let created_exptime = last_of_n_and_t(&op.tokens, &flags);
-                let vivify = created_exptime.map(|e| (self.cas.next_cas(), expiry(e)));
-                op.new_cas = vivify.map_or(0, |(c, _)| c);
-                let recache_ttl = match (flags.ttl, flags.recache) {
-                    (Some(t), Some(_))
-                        if position(&op.tokens, b'T') < position(&op.tokens, b'R') =>
-                    {
-                        Some(Exptime::new(t).ttl(u64::try_from(now).unwrap_or(0)))
-                    }
-                    _ => None,
-                };
-                let get = MetaGet {
-                    touch: flags.ttl.map(expiry),
-                    vivify,
-                    recache: flags.recache,
-                    recache_ttl,
-                    idle: flags.access_info,
-                    peek: false,
-                    no_update: flags.no_update,
-                };
-                translate::meta_get(&mut self.cmd_buf, &key, &get);
-                op.kind = Kind::Get;
-            }
-            MetaCommand::Debug => {
-                let get = MetaGet {
-                    idle: true,
-                    peek: true,
-                    ..MetaGet::default()
-                };
-                translate::meta_get(&mut self.cmd_buf, &key, &get);
-                op.kind = Kind::Debug;
-            }
-            MetaCommand::Set => {
-                op.new_cas = self.cas.next_cas();
-                let ex = expiry(flags.ttl.unwrap_or(0));
-                // memcached remembers that the key came in base64.
-                let state = if flags.base64 { STATE_KEY_BINARY } else { 0 };
-                let store = match (flags.set_mode, flags.compare_cas) {
-                    (MetaSetMode::Set | MetaSetMode::Replace, Some(expected)) => {
-                        translate::meta_compare_and_swap(
-                            &mut self.cmd_buf,
-                            &key,
-                            expected,
-                            flags.client_flags,
-                            op.new_cas,
-                            state,
-                            &data,
-                            ex,
-                            // memcached never takes C0 as an older CAS.
-                            flags.invalidate && expected != 0,
-                        );
-                        StorageCommand::Cas
-                    }
-                    (MetaSetMode::Append | MetaSetMode::Prepend, expected) => {
-                        // memcached checks an append's CAS only when it is
-                        // not 0 (`C0` appends unconditionally).
-                        let expected = expected.filter(|&c| c != 0);
-                        let append = flags.set_mode == MetaSetMode::Append;
-                        translate::concat(
-                            &mut self.cmd_buf,
-                            &key,
-                            append,
-                            op.new_cas,
-                            &data,
-                            proxy.settings.load().limits.max_data_len(key.len(), 0),
-                            expected,
-                        );
-                        if append {
-                            StorageCommand::Append
-                        } else {
-                            StorageCommand::Prepend
-                        }
-                    }
-                    (mode, _) => {
-                        let command = match mode {
-                            MetaSetMode::Add => StorageCommand::Add,
-                            MetaSetMode::Replace => StorageCommand::Replace,
-                            _ => StorageCommand::Set,
-                        };
-                        if state == 0 {
-                            translate::store(
-                                &mut self.cmd_buf,
-                                command,
-                                &key,
-                                flags.client_flags,
-                                op.new_cas,
-                                &data,
-                                ex,
-                            );
-                        } else {
-                            translate::store_meta(
-                                &mut self.cmd_buf,
-                                command,
-                                &key,
-                                flags.client_flags,
-                                op.new_cas,
-                                state,
-                                &data,
-                                ex,
-                            );
-                        }
-                        command
-                    }
-                };
-                op.kind = Kind::Store(store);
-                op.data = data;
-            }
-            MetaCommand::Delete if flags.invalidate => {
-                op.new_cas = self.cas.next_cas();
-                translate::meta_invalidate(
-                    &mut self.cmd_buf,
-                    &key,
-                    flags.compare_cas,
-                    op.new_cas,
-                    flags.ttl.map(expiry),
-                );
-                op.kind = Kind::Invalidate;
-            }
-            MetaCommand::Delete => match flags.compare_cas {
-                Some(expected) => {
-                    translate::meta_delete_cas(&mut self.cmd_buf, &key, expected);
-                    op.kind = Kind::DeleteCas;
-                }
-                None => {
-                    translate::delete(&mut self.cmd_buf, &key);
-                    op.kind = Kind::Delete;
-                }
-            },
-            MetaCommand::Arith => {
-                op.new_cas = self.cas.next_cas();
-                // A created counter ends with the TTL of whichever of N and T
-                // comes last (memcached applies them in order).
-                let create_exptime = last_of_n_and_t(&op.tokens, &flags);
-                let arith = MetaArith {
-                    command: if flags.decrement {
-                        ArithCommand::Decr
-                    } else {
-                        ArithCommand::Incr
-                    },
-                    delta: flags.delta,
-                    new_cas: op.new_cas,
-                    expected: flags.compare_cas.filter(|&c| c != 0),
-                    create: create_exptime.map(|e| (flags.initial, expiry(e))),
-                    touch: flags.ttl.map(expiry),
-                };
-                translate::meta_arith(&mut self.cmd_buf, &key, &arith);
-                op.kind = Kind::Arith;
-            }
+            MetaCommand::Get => self.encode_meta_get(&mut op),
+            MetaCommand::Debug => self.encode_meta_debug(&mut op),
+            MetaCommand::Set => self.encode_meta_set(&mut op, data),
+            MetaCommand::Delete => self.encode_meta_delete(&mut op),
+            MetaCommand::Arith => self.encode_meta_arith(&mut op),
         }
         self.send(routes, route.primary, ReplyShape::Meta, tag.seq, 0);
         self.push_waiting(Op::Meta(Box::new(op)), 1, tag.deadline);
@@ -255,6 +99,11 @@ impl Session {
 
     pub(in crate::session::cmd) fn render_meta(&mut self, op: MetaOp, results: &Results) {
         let proxy = self.proxy.clone();
+        if let Some(why) = ReadFailure::of(results.get(0)) {
+            if op.reads_as_miss() && proxy.router.load().redis().read_errors.as_misses {
+                return self.render_meta_failed_read(&op, why);
+            }
+        }
         let result = match results.get(0) {
             Some(Ok(reply)) => reply,
             Some(Err(e)) => return self.wbuf.extend_from_slice(e.reply_line()),
@@ -273,7 +122,8 @@ impl Session {
                 outcome
             }
             (_, Reply::Redis(frame)) => {
-                if op.command == MetaCommand::Get && crate::near_cache::get().is_some() {
+                let failed = ReadFailure::of(results.get(0)).is_some();
+                if op.command == MetaCommand::Get && !failed && crate::near_cache::get().is_some() {
                     // Takes part in the near cache's monotonic reads, like
                     // a get answered by Redis.
                     let item = super::get::redis_item(frame, OWN_REPLY).map(|i| Hit {
@@ -311,6 +161,44 @@ impl Session {
         }
     }
 }
+impl MetaOp {
+    /// Whether a failed read of this `mg` may be answered as a miss
+    /// (`redis.read_errors_as_misses`): a read of Redis that creates
+    /// nothing. With `N` a miss would claim a vivified item that does not
+    /// exist; with `T` but no `v` it is a touch (binary Touch is sent as
+    /// one), a write: both keep their error.
+    fn reads_as_miss(&self) -> bool {
+        self.command == MetaCommand::Get
+            && self.kind == Kind::Get
+            && self.side == Backend::Redis
+            && self.flags.vivify.is_none()
+            && (self.flags.value || self.flags.ttl.is_none())
+    }
+}
+
+impl Session {
+    /// A failed `mg` answered as a miss: `EN` with the flags memcached
+    /// returns on a miss (or nothing under `q`), counted.
+    fn render_meta_failed_read(&mut self, op: &MetaOp, why: ReadFailure) {
+        let routes = self.proxy.router.load();
+        let access = op.flags.ttl.map_or(Access::Read, |_| Access::Write);
+        self.read_failed_as_miss(&routes, &op.key, access, why);
+        redis_reply::render_miss(op, &mut self.wbuf);
+    }
+}
+
+/// `stats` counters of a meta command, as memcached counts them.
+fn count_meta(stats: &crate::stats::Stats, command: MetaCommand, flags: &MetaFlags) {
+    match command {
+        MetaCommand::Get => bump(&stats.cmd_get),
+        MetaCommand::Set => bump(&stats.cmd_set),
+        MetaCommand::Delete | MetaCommand::Arith | MetaCommand::Debug => {}
+    }
+    if flags.ttl.is_some() && command == MetaCommand::Get {
+        bump(&stats.cmd_touch);
+    }
+}
+
 /// What a meta command did, as far as replies and the shadow care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {

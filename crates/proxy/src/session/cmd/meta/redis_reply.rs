@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTokens, MetaTtl};
-use memshift_protocol::memcache::Exptime;
+use memshift_protocol::memcache::{Exptime, StorageCommand};
 use memshift_protocol::resp::Frame;
 
 use super::{Kind, MetaOp, Outcome};
@@ -23,203 +23,214 @@ fn ttl_from_pttl(pttl: i64) -> i64 {
 
 /// TTL `t` prints after `T<exptime>` / `N<exptime>` at `now`.
 /// memcached's `t` for an item touched with `exptime` at `now`.
-fn ttl_from_exptime(exptime: i64, now: i64) -> i64 {
-    Exptime::new(exptime).ttl(u64::try_from(now).unwrap_or(0))
+fn ttl_from_exptime(exptime: i64, now: u64) -> i64 {
+    Exptime::new(exptime).ttl(now)
+}
+
+/// `mg`'s miss: `EN` and the flags memcached returns with it (nothing
+/// under `q`).
+pub(super) fn render_miss(op: &MetaOp, out: &mut BytesMut) {
+    if !op.flags.quiet {
+        line(op, out, b"EN", &MetaReturn::default());
+    }
 }
 
 pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
-    let flags = &op.flags;
-    let key = &op.key[..];
-    let line = |out: &mut BytesMut, code: &[u8], ret: &MetaReturn| {
-        out.extend_from_slice(code);
-        reply::meta_flags(out, &op.tokens, key, flags.base64, ret);
-        out.extend_from_slice(b"\r\n");
-    };
     if let Frame::Error(_) = frame {
-        out.extend_from_slice(WriteOutcome::Failed.line());
-        return Outcome::Unknown;
+        return failed(out);
     }
     match op.kind {
         Kind::Debug => super::debug::render(op, frame, out),
-        Kind::Get => {
-            let parts = match frame {
-                Frame::Array(items) => {
-                    match (items.first(), items.get(1), items.get(2), items.get(3)) {
-                        (
-                            Some(Frame::Bulk(v)),
-                            Some(Frame::Integer(p)),
-                            Some(Frame::Integer(idle)),
-                            Some(Frame::Integer(code)),
-                        ) => encoding::decode(v).map(|item| (item, *p, *idle, *code)),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            let Some((item, pttl, idle, code)) = parts else {
-                if !flags.quiet {
-                    line(out, b"EN", &MetaReturn::default());
-                }
-                return Outcome::Miss;
-            };
-            let created = code & 2 != 0;
-            let ttl = MetaTtl {
-                before: if created { -1 } else { ttl_from_pttl(pttl) },
-                on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
-                on_vivify: flags
-                    .vivify
-                    .filter(|_| created)
-                    .map(|t| ttl_from_exptime(t, op.now)),
-            };
-            let ret = MetaReturn {
-                size: Some(item.data.len() as u64),
-                cas: Some(item.cas),
-                flags: Some(item.flags),
-                ttl: Some(ttl),
-                hit_before: Some(item.state & STATE_FETCHED != 0),
-                // Unknown (an LFU eviction policy keeps no idle time): 0.
-                idle: Some(u64::try_from(idle).unwrap_or(0)),
-            };
-            let tokens = MetaTokens {
-                sent_before: item.state & STATE_TOKEN_SENT != 0,
-                stale: item.state & STATE_STALE != 0,
-                won: code & 1 != 0,
-            };
-            // memcached prints the key as it was stored (base64 or not).
-            let base64 = item.state & STATE_KEY_BINARY != 0;
-            if flags.value {
-                let mut code = BytesMut::with_capacity(24);
-                code.extend_from_slice(b"VA ");
-                reply::put_u64(&mut code, item.data.len() as u64);
-                out.extend_from_slice(&code);
-            } else {
-                out.extend_from_slice(b"HD");
-            }
-            reply::meta_flags(out, &op.tokens, key, base64, &ret);
-            reply::meta_tokens(out, tokens);
-            out.extend_from_slice(b"\r\n");
-            if flags.value {
-                out.extend_from_slice(&item.data);
-                out.extend_from_slice(b"\r\n");
-            }
-            if created {
-                Outcome::Created
-            } else {
-                Outcome::Hit
-            }
-        }
-        Kind::Store(command) => {
-            let (code, outcome): (&[u8], Outcome) = match translate::storage_outcome(command, frame)
-            {
-                WriteOutcome::Stored => (b"HD", Outcome::Done),
-                WriteOutcome::NotStored => (b"NS", Outcome::NotStored),
-                WriteOutcome::Exists => (b"EX", Outcome::Exists),
-                WriteOutcome::NotFound => (b"NF", Outcome::NotFound),
-                _ => {
-                    out.extend_from_slice(WriteOutcome::Failed.line());
-                    return Outcome::Unknown;
-                }
-            };
-            if !(flags.quiet && outcome == Outcome::Done) {
-                let cas = if outcome == Outcome::Done {
-                    op.new_cas
-                } else {
-                    0
-                };
-                let ret = MetaReturn {
-                    cas: Some(cas),
-                    ..MetaReturn::default()
-                };
-                line(out, code, &ret);
-            }
-            outcome
-        }
-        Kind::Delete | Kind::DeleteCas | Kind::Invalidate => {
-            let outcome = match (op.kind, frame) {
-                (_, Frame::Integer(0)) => Outcome::NotFound,
-                (Kind::DeleteCas | Kind::Invalidate, Frame::Integer(1)) => Outcome::Exists,
-                (_, Frame::Integer(_)) => Outcome::Done,
-                _ => {
-                    out.extend_from_slice(WriteOutcome::Failed.line());
-                    return Outcome::Unknown;
-                }
-            };
-            let code: &[u8] = match outcome {
-                Outcome::NotFound => b"NF",
-                Outcome::Exists => b"EX",
-                _ => b"HD",
-            };
-            if !(flags.quiet && outcome == Outcome::Done) {
-                line(out, code, &MetaReturn::default());
-            }
-            outcome
-        }
-        Kind::Arith => {
-            let (status, digits, pttl) = match frame {
-                Frame::Integer(0) => {
-                    line(out, b"NF", &MetaReturn::default());
-                    return Outcome::NotFound;
-                }
-                Frame::Integer(1) => {
-                    line(out, b"EX", &MetaReturn::default());
-                    return Outcome::Exists;
-                }
-                Frame::Integer(-1) => {
-                    out.extend_from_slice(reply::CLIENT_ERROR_NON_NUMERIC);
-                    return Outcome::Error;
-                }
-                Frame::Array(items) => match (items.first(), items.get(1), items.get(2)) {
-                    (
-                        Some(Frame::Integer(status)),
-                        Some(Frame::Bulk(digits)),
-                        Some(Frame::Integer(pttl)),
-                    ) => (*status, digits, *pttl),
-                    _ => {
-                        out.extend_from_slice(WriteOutcome::Failed.line());
-                        return Outcome::Unknown;
-                    }
-                },
-                _ => {
-                    out.extend_from_slice(WriteOutcome::Failed.line());
-                    return Outcome::Unknown;
-                }
-            };
-            let created = status == 3;
-            let outcome = if created {
-                Outcome::Created
-            } else {
-                Outcome::Done
-            };
-            if flags.quiet && !created {
-                return outcome;
-            }
-            let ret = MetaReturn {
-                cas: Some(op.new_cas),
-                ttl: Some(MetaTtl {
-                    before: if created { -1 } else { ttl_from_pttl(pttl) },
-                    on_touch: flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
-                    on_vivify: flags
-                        .vivify
-                        .filter(|_| created)
-                        .map(|t| ttl_from_exptime(t, op.now)),
-                }),
-                ..MetaReturn::default()
-            };
-            if flags.value {
-                let mut code = BytesMut::with_capacity(24);
-                code.extend_from_slice(b"VA ");
-                reply::put_u64(&mut code, digits.len() as u64);
-                line(out, &code, &ret);
-                out.extend_from_slice(digits);
-                out.extend_from_slice(b"\r\n");
-            } else {
-                line(out, b"HD", &ret);
-            }
-            outcome
-        }
-        Kind::Forwarded => {
-            out.extend_from_slice(WriteOutcome::Failed.line());
-            Outcome::Unknown
-        }
+        Kind::Get => render_get(op, frame, out),
+        Kind::Store(command) => render_store(op, command, frame, out),
+        Kind::Delete | Kind::DeleteCas | Kind::Invalidate => render_delete(op, frame, out),
+        Kind::Arith => render_arith(op, frame, out),
+        Kind::Forwarded => failed(out),
     }
+}
+
+/// A reply that says nothing of the outcome: the write may or may not
+/// have happened.
+fn failed(out: &mut BytesMut) -> Outcome {
+    out.extend_from_slice(WriteOutcome::Failed.line());
+    Outcome::Unknown
+}
+
+/// `<code> <flags>\r\n` with the request's return flags.
+fn line(op: &MetaOp, out: &mut BytesMut, code: &[u8], ret: &MetaReturn) {
+    out.extend_from_slice(code);
+    reply::meta_flags(out, &op.tokens, &op.key, op.flags.base64, ret);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `VA <len>`, for a reply with a value.
+fn va_code(len: usize) -> BytesMut {
+    let mut code = BytesMut::with_capacity(24);
+    code.extend_from_slice(b"VA ");
+    reply::put_u64(&mut code, len as u64);
+    code
+}
+
+/// The TTLs `t` prints: before the request, after `T`, after `N` created it.
+fn meta_ttl(op: &MetaOp, pttl: i64, created: bool) -> MetaTtl {
+    MetaTtl {
+        before: if created { -1 } else { ttl_from_pttl(pttl) },
+        on_touch: op.flags.ttl.map(|t| ttl_from_exptime(t, op.now)),
+        on_vivify: op
+            .flags
+            .vivify
+            .filter(|_| created)
+            .map(|t| ttl_from_exptime(t, op.now)),
+    }
+}
+
+/// `mg`: the meta get script's `{value, pttl, idle, won | created}`.
+fn render_get(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
+    let parts = match frame {
+        Frame::Array(items) => match (items.first(), items.get(1), items.get(2), items.get(3)) {
+            (
+                Some(Frame::Bulk(v)),
+                Some(Frame::Integer(p)),
+                Some(Frame::Integer(idle)),
+                Some(Frame::Integer(code)),
+            ) => encoding::decode(v).map(|item| (item, *p, *idle, *code)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some((item, pttl, idle, code)) = parts else {
+        render_miss(op, out);
+        return Outcome::Miss;
+    };
+    let created = code & 2 != 0;
+    let ret = MetaReturn {
+        size: Some(item.data.len() as u64),
+        cas: Some(item.cas),
+        flags: Some(item.flags),
+        ttl: Some(meta_ttl(op, pttl, created)),
+        hit_before: Some(item.state & STATE_FETCHED != 0),
+        // Unknown (an LFU eviction policy keeps no idle time): 0.
+        idle: Some(u64::try_from(idle).unwrap_or(0)),
+    };
+    let tokens = MetaTokens {
+        sent_before: item.state & STATE_TOKEN_SENT != 0,
+        stale: item.state & STATE_STALE != 0,
+        won: code & 1 != 0,
+    };
+    // memcached prints the key as it was stored (base64 or not).
+    let base64 = item.state & STATE_KEY_BINARY != 0;
+    if op.flags.value {
+        out.extend_from_slice(&va_code(item.data.len()));
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    reply::meta_flags(out, &op.tokens, &op.key, base64, &ret);
+    reply::meta_tokens(out, tokens);
+    out.extend_from_slice(b"\r\n");
+    if op.flags.value {
+        out.extend_from_slice(&item.data);
+        out.extend_from_slice(b"\r\n");
+    }
+    if created {
+        Outcome::Created
+    } else {
+        Outcome::Hit
+    }
+}
+
+/// `ms`: the store's outcome; `c` is the new CAS of a stored item.
+fn render_store(
+    op: &MetaOp,
+    command: StorageCommand,
+    frame: &Frame,
+    out: &mut BytesMut,
+) -> Outcome {
+    let (code, outcome): (&[u8], Outcome) = match translate::storage_outcome(command, frame) {
+        WriteOutcome::Stored => (b"HD", Outcome::Done),
+        WriteOutcome::NotStored => (b"NS", Outcome::NotStored),
+        WriteOutcome::Exists => (b"EX", Outcome::Exists),
+        WriteOutcome::NotFound => (b"NF", Outcome::NotFound),
+        _ => return failed(out),
+    };
+    if !(op.flags.quiet && outcome == Outcome::Done) {
+        let cas = if outcome == Outcome::Done {
+            op.new_cas
+        } else {
+            0
+        };
+        let ret = MetaReturn {
+            cas: Some(cas),
+            ..MetaReturn::default()
+        };
+        line(op, out, code, &ret);
+    }
+    outcome
+}
+
+/// `md`: deleted (or invalidated), not found, or a CAS mismatch.
+fn render_delete(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
+    let outcome = match (op.kind, frame) {
+        (_, Frame::Integer(0)) => Outcome::NotFound,
+        (Kind::DeleteCas | Kind::Invalidate, Frame::Integer(1)) => Outcome::Exists,
+        (_, Frame::Integer(_)) => Outcome::Done,
+        _ => return failed(out),
+    };
+    let code: &[u8] = match outcome {
+        Outcome::NotFound => b"NF",
+        Outcome::Exists => b"EX",
+        _ => b"HD",
+    };
+    if !(op.flags.quiet && outcome == Outcome::Done) {
+        line(op, out, code, &MetaReturn::default());
+    }
+    outcome
+}
+
+/// `ma`: the script's `{status, digits, pttl}`, or a refusal code.
+fn render_arith(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
+    let (status, digits, pttl) = match frame {
+        Frame::Integer(0) => {
+            line(op, out, b"NF", &MetaReturn::default());
+            return Outcome::NotFound;
+        }
+        Frame::Integer(1) => {
+            line(op, out, b"EX", &MetaReturn::default());
+            return Outcome::Exists;
+        }
+        Frame::Integer(-1) => {
+            out.extend_from_slice(reply::CLIENT_ERROR_NON_NUMERIC);
+            return Outcome::Error;
+        }
+        Frame::Array(items) => match (items.first(), items.get(1), items.get(2)) {
+            (
+                Some(Frame::Integer(status)),
+                Some(Frame::Bulk(digits)),
+                Some(Frame::Integer(pttl)),
+            ) => (*status, digits, *pttl),
+            _ => return failed(out),
+        },
+        _ => return failed(out),
+    };
+    let created = status == 3;
+    let outcome = if created {
+        Outcome::Created
+    } else {
+        Outcome::Done
+    };
+    if op.flags.quiet && !created {
+        return outcome;
+    }
+    let ret = MetaReturn {
+        cas: Some(op.new_cas),
+        ttl: Some(meta_ttl(op, pttl, created)),
+        ..MetaReturn::default()
+    };
+    if op.flags.value {
+        line(op, out, &va_code(digits.len()), &ret);
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        line(op, out, b"HD", &ret);
+    }
+    outcome
 }

@@ -1,0 +1,237 @@
+//! The one list of RESP commands memshift serves: who serves each, its
+//! metrics group, and whether it only reads. `dispatch` (who serves it),
+//! COMMAND COUNT / COMMAND LIST / the narrowed COMMAND table (what is
+//! served) and the near cache (what must invalidate) all read this table;
+//! a new command is one row here plus its handler in its family's file.
+//! Commands memshift knows and refuses are in `refused`.
+
+use std::sync::OnceLock;
+
+use memshift_protocol::resp::reply::Shape;
+
+/// Who serves a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Family {
+    Connection,
+    Server,
+    Strings,
+    /// Sent to the shard of the key in `args[1]`.
+    Relay(Shape),
+    /// EVAL/EVALSHA: the key in `args[3]` (exactly one key).
+    Script,
+    Multi,
+    /// SCAN, KEYS, RANDOMKEY over every shard; OBJECT on its key's.
+    Keyspace,
+    Refused(&'static str),
+}
+
+/// One served command.
+#[derive(Debug)]
+pub(super) struct Command {
+    /// Lower case, as COMMAND LIST shows it.
+    pub name: &'static str,
+    pub family: Family,
+    /// Its group in `memshift_commands_total` (metrics::families).
+    pub group: &'static str,
+    /// Never changes a string key (the near cache keeps only memcached
+    /// items, which are strings): no invalidation.
+    pub read: bool,
+}
+
+const READ: bool = true;
+const WRITE: bool = false;
+
+const fn row(name: &'static str, family: Family, group: &'static str, read: bool) -> Command {
+    Command {
+        name,
+        family,
+        group,
+        read,
+    }
+}
+
+use Family::*;
+
+/// Every command memshift serves, in COMMAND LIST's order.
+pub(super) static COMMANDS: &[Command] = &[
+    row("hello", Connection, "connection", WRITE),
+    row("auth", Connection, "connection", WRITE),
+    row("ping", Connection, "connection", WRITE),
+    row("echo", Connection, "connection", WRITE),
+    row("quit", Connection, "connection", WRITE),
+    row("select", Connection, "connection", WRITE),
+    row("client", Connection, "connection", WRITE),
+    row("command", Connection, "connection", WRITE),
+    row("reset", Connection, "connection", WRITE),
+    row("info", Server, "server", WRITE),
+    row("dbsize", Server, "server", WRITE),
+    row("flushdb", Server, "server", WRITE),
+    row("flushall", Server, "server", WRITE),
+    row("script", Server, "server", WRITE),
+    row("config", Server, "server", READ),
+    row("time", Server, "server", READ),
+    row("scan", Keyspace, "keys", READ),
+    row("keys", Keyspace, "keys", READ),
+    row("randomkey", Keyspace, "keys", READ),
+    row("object", Keyspace, "keys", READ),
+    row("get", Strings, "get", READ),
+    row("getex", Strings, "get", WRITE),
+    row("getdel", Strings, "get", WRITE),
+    row("set", Strings, "set", WRITE),
+    row("setnx", Strings, "set", WRITE),
+    row("setex", Strings, "set", WRITE),
+    row("psetex", Strings, "set", WRITE),
+    row("getset", Strings, "set", WRITE),
+    row("incr", Strings, "incr", WRITE),
+    row("incrby", Strings, "incr", WRITE),
+    row("incrbyfloat", Strings, "incr", WRITE),
+    row("decr", Strings, "decr", WRITE),
+    row("decrby", Strings, "decr", WRITE),
+    row("append", Strings, "append", WRITE),
+    row("strlen", Strings, "strings", READ),
+    row("getrange", Strings, "strings", READ),
+    row("substr", Strings, "strings", READ),
+    row("setrange", Strings, "strings", WRITE),
+    row("mget", Multi, "get", READ),
+    row("mset", Multi, "set", WRITE),
+    row("msetnx", Multi, "set", WRITE),
+    row("del", Multi, "delete", WRITE),
+    row("unlink", Multi, "delete", WRITE),
+    row("exists", Multi, "keys", READ),
+    row("touch", Multi, "touch", WRITE),
+    row("hgetall", Relay(Shape::Map), "hashes", WRITE),
+    row("hset", Relay(Shape::Plain), "hashes", WRITE),
+    row("hsetnx", Relay(Shape::Plain), "hashes", WRITE),
+    row("hget", Relay(Shape::Plain), "hashes", WRITE),
+    row("hmget", Relay(Shape::Plain), "hashes", WRITE),
+    row("hmset", Relay(Shape::Plain), "hashes", WRITE),
+    row("hdel", Relay(Shape::Plain), "hashes", WRITE),
+    row("hlen", Relay(Shape::Plain), "hashes", WRITE),
+    row("hstrlen", Relay(Shape::Plain), "hashes", WRITE),
+    row("hincrby", Relay(Shape::Plain), "hashes", WRITE),
+    row("hincrbyfloat", Relay(Shape::Plain), "hashes", WRITE),
+    row("hkeys", Relay(Shape::Plain), "hashes", WRITE),
+    row("hvals", Relay(Shape::Plain), "hashes", WRITE),
+    row("hexists", Relay(Shape::Plain), "hashes", WRITE),
+    row("hrandfield", Relay(Shape::Plain), "hashes", WRITE),
+    row("hscan", Relay(Shape::Plain), "hashes", WRITE),
+    row("lpush", Relay(Shape::Plain), "lists", WRITE),
+    row("rpush", Relay(Shape::Plain), "lists", WRITE),
+    row("lpushx", Relay(Shape::Plain), "lists", WRITE),
+    row("rpushx", Relay(Shape::Plain), "lists", WRITE),
+    row("lpop", Relay(Shape::Plain), "lists", WRITE),
+    row("rpop", Relay(Shape::Plain), "lists", WRITE),
+    row("llen", Relay(Shape::Plain), "lists", WRITE),
+    row("lrange", Relay(Shape::Plain), "lists", WRITE),
+    row("lindex", Relay(Shape::Plain), "lists", WRITE),
+    row("lset", Relay(Shape::Plain), "lists", WRITE),
+    row("linsert", Relay(Shape::Plain), "lists", WRITE),
+    row("lrem", Relay(Shape::Plain), "lists", WRITE),
+    row("ltrim", Relay(Shape::Plain), "lists", WRITE),
+    row("lpos", Relay(Shape::Plain), "lists", WRITE),
+    row("smembers", Relay(Shape::Set), "sets", WRITE),
+    row("sadd", Relay(Shape::Plain), "sets", WRITE),
+    row("srem", Relay(Shape::Plain), "sets", WRITE),
+    row("sismember", Relay(Shape::Plain), "sets", WRITE),
+    row("smismember", Relay(Shape::Plain), "sets", WRITE),
+    row("scard", Relay(Shape::Plain), "sets", WRITE),
+    row("spop", Relay(Shape::Plain), "sets", WRITE),
+    row("srandmember", Relay(Shape::Plain), "sets", WRITE),
+    row("sscan", Relay(Shape::Plain), "sets", WRITE),
+    row("zscore", Relay(Shape::Double), "zsets", WRITE),
+    row("zincrby", Relay(Shape::Double), "zsets", WRITE),
+    row("zmscore", Relay(Shape::Doubles), "zsets", WRITE),
+    row("zrange", Relay(Shape::ScorePairs), "zsets", WRITE),
+    row("zrevrange", Relay(Shape::ScorePairs), "zsets", WRITE),
+    row("zrangebyscore", Relay(Shape::ScorePairs), "zsets", WRITE),
+    row("zrevrangebyscore", Relay(Shape::ScorePairs), "zsets", WRITE),
+    row("zadd", Relay(Shape::Plain), "zsets", WRITE),
+    row("zrem", Relay(Shape::Plain), "zsets", WRITE),
+    row("zcard", Relay(Shape::Plain), "zsets", WRITE),
+    row("zcount", Relay(Shape::Plain), "zsets", WRITE),
+    row("zrangebylex", Relay(Shape::Plain), "zsets", WRITE),
+    row("zrevrangebylex", Relay(Shape::Plain), "zsets", WRITE),
+    row("zrank", Relay(Shape::Plain), "zsets", WRITE),
+    row("zrevrank", Relay(Shape::Plain), "zsets", WRITE),
+    row("zremrangebyrank", Relay(Shape::Plain), "zsets", WRITE),
+    row("zremrangebyscore", Relay(Shape::Plain), "zsets", WRITE),
+    row("zremrangebylex", Relay(Shape::Plain), "zsets", WRITE),
+    row("zlexcount", Relay(Shape::Plain), "zsets", WRITE),
+    row("zpopmin", Relay(Shape::Plain), "zsets", WRITE),
+    row("zpopmax", Relay(Shape::Plain), "zsets", WRITE),
+    row("zrandmember", Relay(Shape::Plain), "zsets", WRITE),
+    row("zscan", Relay(Shape::Plain), "zsets", WRITE),
+    row("expire", Relay(Shape::Plain), "touch", WRITE),
+    row("pexpire", Relay(Shape::Plain), "touch", WRITE),
+    row("expireat", Relay(Shape::Plain), "touch", WRITE),
+    row("pexpireat", Relay(Shape::Plain), "touch", WRITE),
+    row("persist", Relay(Shape::Plain), "touch", WRITE),
+    row("ttl", Relay(Shape::Plain), "keys", READ),
+    row("pttl", Relay(Shape::Plain), "keys", READ),
+    row("expiretime", Relay(Shape::Plain), "keys", READ),
+    row("pexpiretime", Relay(Shape::Plain), "keys", READ),
+    row("type", Relay(Shape::Plain), "keys", READ),
+    row("eval", Script, "scripts", WRITE),
+    row("evalsha", Script, "scripts", WRITE),
+    row("eval_ro", Script, "scripts", WRITE),
+    row("evalsha_ro", Script, "scripts", WRITE),
+];
+
+/// The served command named `upper` (upper case).
+pub(super) fn find(upper: &[u8]) -> Option<&'static Command> {
+    let index = by_name();
+    let at = index
+        .binary_search_by(|c| upper_name(c).cmp(upper.iter().copied()))
+        .ok()?;
+    Some(index[at])
+}
+
+/// `COMMANDS` sorted by name, built once.
+fn by_name() -> &'static [&'static Command] {
+    static INDEX: OnceLock<Vec<&'static Command>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut index: Vec<&'static Command> = COMMANDS.iter().collect();
+        // Upper-case order: `_` sorts between upper and lower case letters.
+        index.sort_by(|a, b| upper_name(a).cmp(upper_name(b)));
+        index
+    })
+}
+
+fn upper_name(c: &Command) -> impl Iterator<Item = u8> + '_ {
+    c.name.bytes().map(|b| b.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_is_found_and_names_are_unique_lower_case() {
+        for c in COMMANDS {
+            assert_eq!(c.name, c.name.to_ascii_lowercase(), "{}", c.name);
+            let found = find(c.name.to_ascii_uppercase().as_bytes()).unwrap();
+            assert!(std::ptr::eq(found, c), "{} listed twice", c.name);
+            assert!(
+                crate::metrics::command_index(c.group).is_some(),
+                "{}",
+                c.group
+            );
+            assert!(!matches!(c.family, Refused(_)), "{}", c.name);
+        }
+        assert!(find(b"NOSUCH").is_none());
+        assert!(find(b"").is_none());
+        assert!(find(b"get").is_none(), "callers pass upper case");
+    }
+
+    #[test]
+    fn served_commands_are_never_refused() {
+        for c in COMMANDS {
+            let upper = c.name.to_ascii_uppercase();
+            assert!(
+                super::super::refused::reason(upper.as_bytes()).is_none(),
+                "{}",
+                c.name
+            );
+        }
+    }
+}
