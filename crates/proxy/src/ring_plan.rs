@@ -118,6 +118,7 @@ pub fn plan_ring(
                 addr: addr.clone(),
                 weight: 1,
                 name: None,
+                master: None,
             });
             let min = percent_of_weight(1, &after);
             change.map(|c| (c, after, min))

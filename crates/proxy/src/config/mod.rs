@@ -25,6 +25,8 @@ pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod sentinel_tests;
 
 pub(crate) use validate::check_host_port;
 

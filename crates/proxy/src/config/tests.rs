@@ -84,7 +84,8 @@ fn minimal_config_gets_every_default() {
         vec![ShardConfig {
             addr: "127.0.0.1:6379".into(),
             weight: 1,
-            name: None
+            name: None,
+            master: None,
         }]
     );
     assert_eq!(
@@ -660,6 +661,7 @@ fn ring_size_is_bounded() {
             addr: "b:1".into(),
             weight: 1000,
             name: None,
+            master: None,
         });
     });
     assert_mentions(&e, &["ring.vnodes", "ring points"]);
@@ -860,6 +862,7 @@ fn restart_required_changes_lists_only_startup_settings() {
         addr: "b:1".into(),
         weight: 1,
         name: None,
+        master: None,
     });
     b.migration.phase = Phase::Redis;
     b.migration.canary_percent = 50.0;

@@ -64,6 +64,8 @@ pub const GET_HITS: &str = "memshift_get_hits_total";
 pub const GET_MISSES: &str = "memshift_get_misses_total";
 pub const BACKEND_ERRORS: &str = "memshift_backend_errors_total";
 pub const BACKEND_UP: &str = "memshift_backend_up";
+pub const BACKEND_PRIMARY_CHANGES: &str = "memshift_backend_primary_changes_total";
+pub const BACKEND_PRIMARY: &str = "memshift_backend_primary";
 pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
 pub const REJECTED_CONNECTIONS: &str = "memshift_rejected_connections_total";
@@ -80,7 +82,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 19] = [
+pub const FAMILIES: [(&str, &str, &str); 21] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -110,6 +112,16 @@ pub const FAMILIES: [(&str, &str, &str); 19] = [
         BACKEND_UP,
         "gauge",
         "1 while the shard or server answers, 0 while it is down.",
+    ),
+    (
+        BACKEND_PRIMARY_CHANGES,
+        "counter",
+        "Sentinel-managed shards: primary switches followed, by shard (master name).",
+    ),
+    (
+        BACKEND_PRIMARY,
+        "gauge",
+        "Sentinel-managed shards: 1 for the shard's current primary address, 0 for earlier ones.",
     ),
     (CLIENT_CONNECTIONS, "gauge", "Open client connections."),
     (

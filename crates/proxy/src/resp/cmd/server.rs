@@ -109,6 +109,7 @@ impl RespSession {
             stats.bytes_written.load(Ordering::Relaxed),
             routes.migration().phase.as_str(),
         );
+        crate::redis::sentinel::render_info(&routes.redis().shards, &mut s);
         self.push_bytes(|b| out::bulk(b, s.as_bytes()));
     }
 
