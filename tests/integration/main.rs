@@ -29,5 +29,6 @@ mod oversize_refusal;
 mod pipelining;
 mod pymemcache;
 mod resp;
+mod sentinel;
 mod shard_down;
 mod tls;

@@ -16,6 +16,7 @@ pub mod redis_cluster;
 pub mod redis_cluster_tls;
 pub mod resp;
 pub mod resp_proxy;
+pub mod sentinel;
 pub mod tls;
 pub mod verify;
 

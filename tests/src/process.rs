@@ -57,7 +57,7 @@ pub(crate) fn kill_and_reap(child: &mut Option<Child>) {
     }
 }
 
-fn read_lossy(path: &Path) -> String {
+pub(crate) fn read_lossy(path: &Path) -> String {
     fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
@@ -69,7 +69,7 @@ fn is_root() -> bool {
 }
 
 /// Waits until `ready()` is true, failing early if the child exits.
-fn wait_ready(
+pub(crate) fn wait_ready(
     child: &mut Child,
     what: &str,
     log: &dyn Fn() -> String,

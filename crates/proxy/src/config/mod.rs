@@ -24,9 +24,9 @@ pub use redis::{RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolic
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod sentinel_tests;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use validate::check_host_port;
 

@@ -97,7 +97,10 @@ pub(super) fn render(c: &Config) -> String {
         }
         o.line("]");
         o.opt_str("sentinel_username", r.sentinel_username.as_deref());
-        o.opt_str("sentinel_password", r.sentinel_password.as_ref().map(|_| "***"));
+        o.opt_str(
+            "sentinel_password",
+            r.sentinel_password.as_ref().map(|_| "***"),
+        );
     }
 
     o.section("ring");

@@ -45,8 +45,14 @@ fn master_shards_are_placed_by_their_names_with_weights() {
         ]
     );
     let rendered = c.render_resolved();
-    assert!(rendered.contains(r#"{ master = "s2", weight = 2 }"#), "{rendered}");
-    assert!(rendered.contains(r#"sentinel_password = "***""#), "{rendered}");
+    assert!(
+        rendered.contains(r#"{ master = "s2", weight = 2 }"#),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(r#"sentinel_password = "***""#),
+        "{rendered}"
+    );
     assert!(!format!("{:?}", c.redis).contains("pw\""));
     // What `check` prints loads again as the same config.
     let again = Config::from_toml_str(&rendered).unwrap();
@@ -56,45 +62,68 @@ fn master_shards_are_placed_by_their_names_with_weights() {
 
 #[test]
 fn both_forms_are_never_mixed() {
-    let e = error(r#"sentinels = ["a:1"]
-        shards = [{ master = "s1" }, "10.0.0.1:6379"]"#);
-    assert!(e.contains("redis.shards: mixes 1 Sentinel master(s)"), "{e}");
+    let e = error(
+        r#"sentinels = ["a:1"]
+        shards = [{ master = "s1" }, "10.0.0.1:6379"]"#,
+    );
+    assert!(
+        e.contains("redis.shards: mixes 1 Sentinel master(s)"),
+        "{e}"
+    );
     let e = error(r#"shards = [{ master = "s1" }]"#);
     assert!(e.contains("redis.sentinels: empty"), "{e}");
-    let e = error(r#"sentinels = ["a:1"]
-        shards = ["10.0.0.1:6379"]"#);
+    let e = error(
+        r#"sentinels = ["a:1"]
+        shards = ["10.0.0.1:6379"]"#,
+    );
     assert!(e.contains("redis.sentinels: set, but no shard"), "{e}");
     let e = error(r#"shards = [{ master = "s1", addr = "10.0.0.1:6379" }]"#);
     assert!(e.contains("not both"), "{e}");
-    let e = error(r#"sentinels = ["a:1"]
-        shards = [{ master = "s1", name = "x" }]"#);
+    let e = error(
+        r#"sentinels = ["a:1"]
+        shards = [{ master = "s1", name = "x" }]"#,
+    );
     assert!(e.contains("remove `name`"), "{e}");
 }
 
 #[test]
 fn sentinel_settings_are_checked() {
-    let e = error(r#"sentinels = ["a:1", "a:1"]
-        shards = [{ master = "s1" }]"#);
+    let e = error(
+        r#"sentinels = ["a:1", "a:1"]
+        shards = [{ master = "s1" }]"#,
+    );
     assert!(e.contains("redis.sentinels[1]: duplicate"), "{e}");
-    let e = error(r#"sentinels = ["nope"]
-        shards = [{ master = "s1" }]"#);
+    let e = error(
+        r#"sentinels = ["nope"]
+        shards = [{ master = "s1" }]"#,
+    );
     assert!(e.contains("redis.sentinels[0]: bad address"), "{e}");
-    let e = error(r#"sentinels = ["a:1"]
-        shards = [{ master = "s1" }, { master = "s1" }]"#);
+    let e = error(
+        r#"sentinels = ["a:1"]
+        shards = [{ master = "s1" }, { master = "s1" }]"#,
+    );
     assert!(e.contains("duplicate Sentinel master"), "{e}");
-    let e = error(r#"sentinels = ["a:1"]
-        shards = [{ master = "s 1" }]"#);
+    let e = error(
+        r#"sentinels = ["a:1"]
+        shards = [{ master = "s 1" }]"#,
+    );
     assert!(e.contains("redis.shards[0].master"), "{e}");
-    let e = error(r#"sentinels = ["a:1"]
+    let e = error(
+        r#"sentinels = ["a:1"]
         sentinel_username = "u"
-        shards = [{ master = "s1" }]"#);
+        shards = [{ master = "s1" }]"#,
+    );
     assert!(e.contains("redis.sentinel_username"), "{e}");
-    let e = error(r#"sentinels = ["a:1"]
+    let e = error(
+        r#"sentinels = ["a:1"]
         tls = true
-        shards = [{ master = "s1" }]"#);
+        shards = [{ master = "s1" }]"#,
+    );
     assert!(e.contains("redis.tls_server_name: required"), "{e}");
-    let e = error(r#"mode = "cluster"
+    let e = error(
+        r#"mode = "cluster"
         cluster_nodes = ["a:1"]
-        sentinels = ["a:2"]"#);
+        sentinels = ["a:2"]"#,
+    );
     assert!(e.contains("redis.sentinels: not used"), "{e}");
 }

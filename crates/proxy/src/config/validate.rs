@@ -269,7 +269,9 @@ fn sentinel_shards(r: &RedisConfig) -> Check {
             return Err("redis.sentinels: set, but no shard names a Sentinel master; write shards as { master = \"name\" } or remove redis.sentinels".into());
         }
         if r.sentinel_username.is_some() || r.sentinel_password.is_some() {
-            return Err("redis.sentinel_password: set without Sentinel shards (redis.sentinels)".into());
+            return Err(
+                "redis.sentinel_password: set without Sentinel shards (redis.sentinels)".into(),
+            );
         }
         return Ok(());
     }

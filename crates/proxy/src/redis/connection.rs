@@ -93,12 +93,87 @@ impl Connector for RedisConnector {
     type Reader = ShardReader;
     type Writer = ShardWriter;
 
-    /// Open, authenticate and load the scripts.
+    /// Open, authenticate and load the scripts. A Sentinel primary that
+    /// moves meanwhile (a handshake stuck on a paused primary) ends the
+    /// attempt at once: the next one goes to the new primary.
     async fn connect(&self) -> Result<(ShardReader, ShardWriter), ConnectError> {
+        let target = self.settings.target();
+        *self
+            .last_target
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = target.clone();
+        tokio::select! {
+            connected = self.handshake(&target) => connected,
+            () = self.settings.moved_from(target.clone()) => {
+                Err(ConnectError::Handshake(format!("{target}: the primary moved (Sentinel)")))
+            }
+        }
+    }
+    fn codec(&self) -> RedisCodec {
+        RedisCodec {
+            parser: ReplyParser::new(),
+            metrics: self.metrics.clone(),
+            cluster: self.cluster.clone(),
+            addr: self.settings.addr.clone(),
+            asked: false,
+        }
+    }
+
+    fn moved(&self) -> impl std::future::Future<Output = ()> + Send {
+        let target = self
+            .last_target
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.settings.moved_from(target)
+    }
+
+    fn event(&self, event: Event<'_>) {
+        let addr = self.settings.label();
+        match event {
+            Event::Connected { .. } => {
+                self.metrics.set_up(true);
+                let target = self
+                    .last_target
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                tracing::info!(shard = %addr, addr = %target, "redis shard connected");
+            }
+            Event::Unreachable { why, first } => {
+                self.cluster_node_down();
+                self.metrics.set_up(false);
+                self.metrics.error(ErrorKind::Connection);
+                if first {
+                    tracing::warn!(shard = %addr, reason = %why, "redis shard unreachable");
+                }
+            }
+            Event::Lost { why, failed } => {
+                self.cluster_node_down();
+                self.metrics.set_up(false);
+                if let Broken::Protocol(_) = why {
+                    self.metrics.error(ErrorKind::Protocol);
+                }
+                if failed > 0 {
+                    self.metrics.error(match why.request_error() {
+                        BackendError::Timeout => ErrorKind::Timeout,
+                        _ => ErrorKind::Connection,
+                    });
+                }
+                tracing::warn!(shard = %addr, reason = %why, "redis shard connection lost");
+            }
+            Event::RefusedWhileDown => self.metrics.error(ErrorKind::Connection),
+            Event::Stopped => self.metrics.set_up(false),
+        }
+    }
+}
+
+impl RedisConnector {
+    /// Connect to `target`, authenticate, load the scripts, and check a
+    /// Sentinel primary's `ROLE`.
+    async fn handshake(&self, target: &str) -> Result<(ShardReader, ShardWriter), ConnectError> {
         let settings = &self.settings;
-        let target = settings.target();
-        *self.last_target.lock().unwrap_or_else(PoisonError::into_inner) = target.clone();
-        let mut stream = open_stream(settings, &target).await?;
+        let mut stream = open_stream(settings, target).await?;
         let mut out = BytesMut::new();
         let mut expected = 0usize;
         if let Some(password) = &settings.password {
@@ -156,62 +231,6 @@ impl Connector for RedisConnector {
         }
         Ok(stream.into_split())
     }
-
-    fn codec(&self) -> RedisCodec {
-        RedisCodec {
-            parser: ReplyParser::new(),
-            metrics: self.metrics.clone(),
-            cluster: self.cluster.clone(),
-            addr: self.settings.addr.clone(),
-            asked: false,
-        }
-    }
-
-    fn moved(&self) -> impl std::future::Future<Output = ()> + Send {
-        let target = self
-            .last_target
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        self.settings.moved_from(target)
-    }
-
-    fn event(&self, event: Event<'_>) {
-        let addr = self.settings.label();
-        match event {
-            Event::Connected { .. } => {
-                self.metrics.set_up(true);
-                tracing::info!(shard = %addr, "redis shard connected");
-            }
-            Event::Unreachable { why, first } => {
-                self.cluster_node_down();
-                self.metrics.set_up(false);
-                self.metrics.error(ErrorKind::Connection);
-                if first {
-                    tracing::warn!(shard = %addr, reason = %why, "redis shard unreachable");
-                }
-            }
-            Event::Lost { why, failed } => {
-                self.cluster_node_down();
-                self.metrics.set_up(false);
-                if let Broken::Protocol(_) = why {
-                    self.metrics.error(ErrorKind::Protocol);
-                }
-                if failed > 0 {
-                    self.metrics.error(match why.request_error() {
-                        BackendError::Timeout => ErrorKind::Timeout,
-                        _ => ErrorKind::Connection,
-                    });
-                }
-                tracing::warn!(shard = %addr, reason = %why, "redis shard connection lost");
-            }
-            Event::RefusedWhileDown => self.metrics.error(ErrorKind::Connection),
-            Event::Stopped => self.metrics.set_up(false),
-        }
-    }
-}
-
-impl RedisConnector {
     /// Cluster mode: a node's connection failed; it may have failed over,
     /// so the map is read again soon (not only at the next period).
     fn cluster_node_down(&self) {

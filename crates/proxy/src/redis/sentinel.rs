@@ -4,13 +4,17 @@
 //! * At start (and for shards a reload adds) each master's address is asked
 //!   with `SENTINEL get-master-addr-by-name`, trying the sentinels in order;
 //!   the first answer wins ([`discover`], blocking like the cluster's first
-//!   slot map).
-//! * Then one task per Redis generation ([`spawn`]) follows one sentinel at
-//!   a time: `SUBSCRIBE +switch-master` on one connection, and every
-//!   [`REASK_EVERY`] the address of every master again on a second one (a
-//!   message lost while we were disconnected, or a switch published before
-//!   we subscribed, is caught there). A sentinel that fails, times out or
-//!   refuses passes the watch to the next one in the list.
+//!   slot map; no sentinel knowing a master refuses the start or reload).
+//! * Then one task per Redis generation ([`spawn`]) follows every sentinel
+//!   at once (a follower each): `SUBSCRIBE +switch-master` on one
+//!   connection, `SENTINEL MASTER <name>` on a second, for the master a
+//!   message names and, every [`REASK_EVERY`], for every master (a message
+//!   lost while a connection was down, or a switch before we subscribed, is
+//!   caught there). An answer is followed only if its `config-epoch` is not
+//!   older than the last one applied: a sentinel that has not heard of a
+//!   failover yet cannot send us back to the demoted primary. Listening to
+//!   all of them means the first sentinel to announce a switch moves us,
+//!   and a dead or paused sentinel costs nothing but a log line.
 //! * A new address goes through [`Shard::follow_primary`]: the shard's
 //!   near-cache entries are dropped before the address is published; every
 //!   connection to the old address then closes (its requests in flight
@@ -20,7 +24,7 @@
 //! A reload builds a new generation and so a new task with the new sentinel
 //! list; shards kept across it keep their [`super::primary::Primary`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -34,9 +38,13 @@ use crate::metrics::PrimaryMetrics;
 /// Every master's address is asked again this often, whatever the
 /// `+switch-master` messages say.
 pub const REASK_EVERY: Duration = Duration::from_secs(1);
-/// Pause after a sentinel failed before the next one is tried.
-const NEXT_SENTINEL_AFTER: Duration = Duration::from_millis(200);
+/// Pause before a failed sentinel is connected again.
+const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 const SWITCH_CHANNEL: &[u8] = b"+switch-master";
+/// Published by the failover's leader once the chosen replica answers
+/// `ROLE` as a master: from then on `get-master-addr-by-name` names it,
+/// and it takes writes, although `+switch-master` may come seconds later.
+const PROMOTED_CHANNEL: &[u8] = b"+promoted-slave";
 
 /// A shard the watcher keeps on its master's primary.
 #[derive(Debug)]
@@ -67,8 +75,8 @@ pub fn discover(
     ))
 }
 
-/// Start following `shards` through `sentinels`; the task ends when the
-/// handle is dropped (with its generation).
+/// Start following `shards` through every sentinel; the tasks end when
+/// the handle is dropped (with its generation).
 pub fn spawn(
     sentinels: Vec<String>,
     settings: ConnectionSettings,
@@ -79,12 +87,20 @@ pub fn spawn(
             f.metrics.primary_is(&p.current(), None);
         }
     }
-    let watcher = Watcher {
-        sentinels,
+    let epochs = Mutex::new(vec![None; shards.len()]);
+    let watch = Arc::new(Watch {
         settings,
         shards,
-    };
-    AbortOnDrop(tokio::spawn(async move { watcher.run().await }))
+        epochs,
+    });
+    AbortOnDrop(tokio::spawn(async move {
+        // Dropped (aborting every follower) when this task is aborted.
+        let mut followers = tokio::task::JoinSet::new();
+        for sentinel in sentinels {
+            followers.spawn(watch.clone().follow_forever(sentinel));
+        }
+        while followers.join_next().await.is_some() {}
+    }))
 }
 
 /// `stats` lines of Sentinel-managed shards (none for address shards, so
@@ -93,7 +109,11 @@ pub fn spawn(
 pub fn render_stats(shards: &[Arc<Shard>], out: &mut BytesMut) {
     for (shard, primary) in shards.iter().filter_map(|s| Some((s, s.primary()?))) {
         let name = &shard.id;
-        memshift_protocol::memcache::reply::stat(out, &format!("redis_primary:{name}"), primary.current());
+        memshift_protocol::memcache::reply::stat(
+            out,
+            &format!("redis_primary:{name}"),
+            primary.current(),
+        );
         memshift_protocol::memcache::reply::stat(
             out,
             &format!("redis_primary_changes:{name}"),
@@ -143,12 +163,22 @@ fn join_addr(ip: &[u8], port: &[u8]) -> Result<String, String> {
     let (Ok(ip), Ok(port)) = (std::str::from_utf8(ip), std::str::from_utf8(port)) else {
         return Err("address not UTF-8".into());
     };
-    port.parse::<u16>().map_err(|_| format!("bad port {port:?}"))?;
+    port.parse::<u16>()
+        .map_err(|_| format!("bad port {port:?}"))?;
     Ok(if ip.contains(':') {
         format!("[{ip}]:{port}")
     } else {
         format!("{ip}:{port}")
     })
+}
+
+/// `+promoted-slave`'s payload: `slave <ip:port> <ip> <port> @ <master> <ip> <port>`.
+fn parse_promoted(payload: &[u8]) -> Option<(&[u8], String)> {
+    let words: Vec<&[u8]> = payload.split(|&b| b == b' ').collect();
+    match &words[..] {
+        [b"slave", _, ip, port, b"@", master, _, _] => Some((master, join_addr(ip, port).ok()?)),
+        _ => None,
+    }
 }
 
 /// `+switch-master`'s payload: `<master> <old ip> <old port> <new ip> <new port>`.
@@ -160,31 +190,42 @@ fn parse_switch(payload: &[u8]) -> Option<(&[u8], String)> {
     Some((master, addr))
 }
 
-struct Watcher {
-    sentinels: Vec<String>,
+/// What every sentinel's follower shares: the shards, and per master the
+/// highest Sentinel `config-epoch` applied (a sentinel that has not heard of
+/// a failover yet answers the old primary with an older epoch: ignored).
+struct Watch {
     settings: ConnectionSettings,
     shards: Vec<Followed>,
+    epochs: Mutex<Vec<Option<u64>>>,
 }
 
-impl Watcher {
-    async fn run(self) {
-        let mut next = 0usize;
+impl Watch {
+    /// Follow through one sentinel, reconnecting while the generation lives.
+    async fn follow_forever(self: Arc<Self>, sentinel: String) {
+        let mut logged = false;
         loop {
-            let sentinel = &self.sentinels[next % self.sentinels.len()];
-            let why = self.follow(sentinel).await;
-            tracing::warn!(sentinel = %sentinel, reason = %why, "sentinel lost; following the next one");
-            next = next.wrapping_add(1);
-            tokio::time::sleep(NEXT_SENTINEL_AFTER).await;
+            let (why, served) = self.follow(&sentinel).await;
+            if served {
+                logged = false;
+            }
+            if !logged {
+                tracing::warn!(sentinel = %sentinel, reason = %why, "sentinel connection lost; following through the others until it is back");
+                logged = true;
+            }
+            tokio::time::sleep(RECONNECT_AFTER).await;
         }
     }
 
-    /// Follow the masters through one sentinel until it fails.
-    async fn follow(&self, sentinel: &str) -> String {
+    /// Follow the masters through one sentinel until it fails; returns why,
+    /// and whether it got as far as answering.
+    async fn follow(&self, sentinel: &str) -> (String, bool) {
         let settings = for_sentinel(&self.settings, sentinel);
         let limit = settings.connect_timeout + settings.timeout;
         let opened = tokio::time::timeout(limit, async {
             let mut sub = SentinelConn::open(&settings).await?;
-            sub.send(&[b"SUBSCRIBE", SWITCH_CHANNEL]).await?;
+            sub.send(&[b"SUBSCRIBE", SWITCH_CHANNEL, PROMOTED_CHANNEL])
+                .await?;
+            sub.next().await?;
             sub.next().await?;
             // Subscribed first: a switch after this ask is a message.
             let ask = SentinelConn::open(&settings).await?;
@@ -193,45 +234,50 @@ impl Watcher {
         .await;
         let (mut sub, mut ask) = match opened {
             Ok(Ok(conns)) => conns,
-            Ok(Err(e)) => return e,
-            Err(_) => return "connect timeout".into(),
+            Ok(Err(e)) => return (e, false),
+            Err(_) => return ("connect timeout".into(), false),
         };
         let mut reask = tokio::time::interval(REASK_EVERY);
         reask.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
+            let which = tokio::select! {
                 frame = sub.next() => match frame {
-                    Ok(frame) => self.on_message(&frame, sentinel),
-                    Err(e) => return e,
+                    Ok(frame) => match self.message(&frame, sentinel) {
+                        Some(i) => Some(i),
+                        None => continue,
+                    },
+                    Err(e) => return (e, true),
                 },
-                _ = reask.tick() => {
-                    let asked = tokio::time::timeout(limit, self.ask_all(&mut ask, sentinel)).await;
-                    match asked {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => return e,
-                        Err(_) => return "no answer within the timeout".into(),
-                    }
-                }
+                _ = reask.tick() => None,
+            };
+            let asked = tokio::time::timeout(limit, self.ask(&mut ask, which, sentinel)).await;
+            match asked {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return (e, true),
+                Err(_) => return ("no answer within the timeout".into(), true),
             }
         }
     }
 
-    async fn ask_all(&self, conn: &mut SentinelConn, sentinel: &str) -> Result<(), String> {
-        for f in &self.shards {
-            let Some(primary) = f.shard.primary() else {
+    /// Ask for master `which` (every master: `None`) with `SENTINEL MASTER`.
+    async fn ask(
+        &self,
+        conn: &mut SentinelConn,
+        which: Option<usize>,
+        sentinel: &str,
+    ) -> Result<(), String> {
+        for (i, f) in self.shards.iter().enumerate() {
+            let Some(primary) = f.shard.primary().filter(|_| which.is_none_or(|w| w == i)) else {
                 continue;
             };
-            let cmd: [&[u8]; 3] = [
-                b"SENTINEL",
-                b"get-master-addr-by-name",
-                primary.master().as_bytes(),
-            ];
-            conn.send(&cmd).await?;
+            conn.send(&[b"SENTINEL", b"MASTER", primary.master().as_bytes()])
+                .await?;
             match conn.next().await? {
-                Frame::Error(e) => return Err(String::from_utf8_lossy(&e).into_owned()),
+                // Not monitored by this sentinel (yet): the others answer.
+                Frame::Error(_) => {}
                 frame => {
-                    if let Ok(addr) = master_addr(&frame) {
-                        self.switch(f, &addr, sentinel);
+                    if let Some((addr, epoch)) = master_state(&frame) {
+                        self.offer(i, &addr, epoch, sentinel);
                     }
                 }
             }
@@ -239,34 +285,85 @@ impl Watcher {
         Ok(())
     }
 
-    fn on_message(&self, frame: &Frame, sentinel: &str) {
+    /// A message: `+promoted-slave` is followed at once; for a
+    /// `+switch-master`, returns which master to ask about.
+    fn message(&self, frame: &Frame, sentinel: &str) -> Option<usize> {
         let Frame::Array(items) = frame else {
-            return;
+            return None;
         };
         let [Frame::Bulk(kind), Frame::Bulk(channel), Frame::Bulk(payload)] = &items[..] else {
-            return;
+            return None;
         };
-        if &kind[..] != b"message" || &channel[..] != SWITCH_CHANNEL {
-            return;
+        if &kind[..] != b"message" {
+            return None;
         }
-        let Some((master, addr)) = parse_switch(payload) else {
-            return;
+        let index = |master: &[u8]| {
+            self.shards.iter().position(|f| {
+                f.shard
+                    .primary()
+                    .is_some_and(|p| p.master().as_bytes() == master)
+            })
         };
-        let followed = self
-            .shards
-            .iter()
-            .find(|f| f.shard.primary().is_some_and(|p| p.master().as_bytes() == master));
-        if let Some(f) = followed {
-            self.switch(f, &addr, sentinel);
+        match &channel[..] {
+            SWITCH_CHANNEL => index(parse_switch(payload)?.0),
+            PROMOTED_CHANNEL => {
+                let (master, addr) = parse_promoted(payload)?;
+                self.promoted(index(master)?, &addr, sentinel);
+                None
+            }
+            _ => None,
         }
     }
 
-    fn switch(&self, f: &Followed, addr: &str, sentinel: &str) {
+    /// The failover's leader promoted `addr`: its config epoch is not
+    /// published before `+switch-master`, but is newer than any applied, so
+    /// answers naming the old primary in the applied epoch are refused
+    /// from now on.
+    fn promoted(&self, i: usize, addr: &str, sentinel: &str) {
+        let epoch = {
+            let epochs = self.epochs.lock().unwrap_or_else(PoisonError::into_inner);
+            epochs.get(i).copied().flatten().map_or(0, |e| e + 1)
+        };
+        self.offer(i, addr, epoch, sentinel);
+    }
+
+    /// A sentinel says master `i` is at `addr` in `epoch`: follow it unless
+    /// an answer of a newer epoch was applied.
+    fn offer(&self, i: usize, addr: &str, epoch: u64, sentinel: &str) {
+        let mut epochs = self.epochs.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(applied) = epochs.get_mut(i) else {
+            return;
+        };
+        if applied.is_some_and(|e| epoch < e) {
+            return;
+        }
+        *applied = Some(epoch);
+        let f = &self.shards[i];
         if let Some(old) = f.shard.follow_primary(addr) {
             f.metrics.primary_is(addr, Some(&old));
-            tracing::warn!(shard = %f.shard.id, from = %old, to = %addr, sentinel = %sentinel, "redis primary switched (Sentinel); the shard's near-cache entries dropped");
+            tracing::warn!(shard = %f.shard.id, from = %old, to = %addr, sentinel = %sentinel, config_epoch = epoch, "redis primary switched (Sentinel); the shard's near-cache entries dropped");
         }
     }
+}
+
+/// `SENTINEL MASTER`'s reply (a flat field/value array): the primary's
+/// `host:port` and the `config-epoch`.
+fn master_state(frame: &Frame) -> Option<(String, u64)> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    let field = |name: &[u8]| {
+        items.chunks(2).find_map(|kv| match kv {
+            [Frame::Bulk(k), Frame::Bulk(v)] if &k[..] == name => Some(v.clone()),
+            _ => None,
+        })
+    };
+    let addr = join_addr(&field(b"ip")?, &field(b"port")?).ok()?;
+    let epoch = std::str::from_utf8(&field(b"config-epoch")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((addr, epoch))
 }
 
 /// A request/reply (or subscribed) connection to one sentinel.
@@ -314,7 +411,11 @@ impl SentinelConn {
     /// read stays in `buf`.
     async fn next(&mut self) -> Result<Frame, String> {
         loop {
-            if let Some(frame) = self.parser.parse(&mut self.buf).map_err(|e| e.to_string())? {
+            if let Some(frame) = self
+                .parser
+                .parse(&mut self.buf)
+                .map_err(|e| e.to_string())?
+            {
                 return Ok(frame);
             }
             match self.rd.read_buf(&mut self.buf).await {
@@ -346,5 +447,22 @@ mod tests {
             Some((&b"s1"[..], "127.0.0.1:6380".to_string()))
         );
         assert_eq!(parse_switch(b"s1 127.0.0.1 6379"), None);
+        assert_eq!(
+            parse_promoted(b"slave 127.0.0.1:6380 127.0.0.1 6380 @ s1 127.0.0.1 6379"),
+            Some((&b"s1"[..], "127.0.0.1:6380".to_string()))
+        );
+        assert_eq!(parse_promoted(b"slave x 1 2"), None);
+        let bulk = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+        let master = Frame::Array(vec![
+            bulk("name"),
+            bulk("s1"),
+            bulk("ip"),
+            bulk("10.0.0.2"),
+            bulk("port"),
+            bulk("6380"),
+            bulk("config-epoch"),
+            bulk("3"),
+        ]);
+        assert_eq!(master_state(&master), Some(("10.0.0.2:6380".into(), 3)));
     }
 }

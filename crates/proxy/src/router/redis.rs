@@ -218,12 +218,9 @@ impl RedisBackends {
                     return Ok(old.clone());
                 }
                 if let Some(primary) = &settings.primary {
-                    let addr = sentinel::discover(
-                        primary.master(),
-                        &redis.sentinels,
-                        &sentinel_settings,
-                    )
-                    .map_err(ProxyError::Other)?;
+                    let addr =
+                        sentinel::discover(primary.master(), &redis.sentinels, &sentinel_settings)
+                            .map_err(ProxyError::Other)?;
                     primary.set(&addr);
                 }
                 Ok(Arc::new(Shard::start(
