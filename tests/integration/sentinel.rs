@@ -468,3 +468,35 @@ fn sentinel_killed_memshift_follows_through_the_others() {
     );
     assert_eq!(changes, 1.0);
 }
+
+#[test]
+fn sentinel_shards_are_a_copy_source() {
+    let Some(s) = setup(2, false) else {
+        return;
+    };
+    let mut c = s.memshift.client();
+    for i in 0..200 {
+        c.set(&format!("cp:{i}"), format!("v{i}").as_bytes())
+            .expect("set through memshift");
+    }
+    let target = memshift_tests::RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let to = dir.path().join("to.toml");
+    std::fs::write(
+        &to,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\n[redis]\nshards = [\"{}\"]\n[migration]\nphase = \"redis\"\n",
+            target.addr()
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(memshift_tests::memshift_bin());
+    cmd.arg("copy")
+        .arg("--from-shards")
+        .arg(s.memshift.config_path())
+        .arg("--config")
+        .arg(&to);
+    let out = memshift_tests::run_with_timeout(cmd, Duration::from_secs(120)).unwrap();
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(target.dbsize(), 200, "{}", out.stdout);
+}

@@ -6,15 +6,19 @@
 //!   the first answer wins ([`discover`], blocking like the cluster's first
 //!   slot map; no sentinel knowing a master refuses the start or reload).
 //! * Then one task per Redis generation ([`spawn`]) follows every sentinel
-//!   at once (a follower each): `SUBSCRIBE +switch-master` on one
-//!   connection, `SENTINEL MASTER <name>` on a second, for the master a
-//!   message names and, every [`REASK_EVERY`], for every master (a message
-//!   lost while a connection was down, or a switch before we subscribed, is
-//!   caught there). An answer is followed only if its `config-epoch` is not
-//!   older than the last one applied: a sentinel that has not heard of a
-//!   failover yet cannot send us back to the demoted primary. Listening to
-//!   all of them means the first sentinel to announce a switch moves us,
-//!   and a dead or paused sentinel costs nothing but a log line.
+//!   at once (a follower each): `SUBSCRIBE +switch-master +promoted-slave`
+//!   on one connection, `SENTINEL MASTER <name>` on a second, for the
+//!   master a `+switch-master` names and, every [`REASK_EVERY`], for every
+//!   master (a message lost while a connection was down, or a switch before
+//!   we subscribed, is caught there). An answer is followed only if its
+//!   `config-epoch` is not older than the last one applied: a sentinel that
+//!   has not heard of a failover yet cannot send us back to the demoted
+//!   primary. `+promoted-slave` (the leader saw the chosen replica answer as
+//!   a primary; `get-master-addr-by-name` names it from then on, while
+//!   `+switch-master` can come seconds later) is followed at once, one
+//!   epoch above the applied one. Listening to all sentinels means the
+//!   first to announce a switch moves us, and a dead or paused sentinel
+//!   costs nothing but a log line.
 //! * A new address goes through [`Shard::follow_primary`]: the shard's
 //!   near-cache entries are dropped before the address is published; every
 //!   connection to the old address then closes (its requests in flight
