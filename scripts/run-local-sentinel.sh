@@ -19,25 +19,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 command -v redis-server >/dev/null 2>&1 || { apt_install redis-server; stop_packaged_service redis-server; }
 command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found"
 
-log "cargo build --release -p memshift-proxy"
-cargo build --release -p memshift-proxy
-bin=${CARGO_TARGET_DIR:-target}/release/memshift
-
-for port in "${PRIMARIES[@]}" "${REPLICAS[@]}" "${SENTINELS[@]}" 11211 9121; do
-    port_in_use "$port" && die "127.0.0.1:$port is already in use"
-done
-
-TMP=$(mktemp -d -t memshift-sentinel.XXXXXX)
-pids=()
-cleanup() {
-    trap - INT TERM EXIT
-    local pid
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$TMP"
-    log "stopped; removed $TMP"
-}
-trap cleanup INT TERM EXIT
+local_run_setup memshift-sentinel "${PRIMARIES[@]}" "${REPLICAS[@]}" "${SENTINELS[@]}" 11211 9121
 
 start_redis() { # port [replicaof-port]
     local port=$1
@@ -84,9 +66,4 @@ shards = [{ master = "s1" }, { master = "s2" }, { master = "s3" }]
 phase = "redis"
 TOML
 log "masters s1..s3 on ${PRIMARIES[*]} (replicas ${REPLICAS[*]}), sentinels on ${SENTINELS[*]} (logs in $TMP)"
-log "memshift --config $TMP/memshift.toml (Ctrl-C to stop everything)"
-"$bin" --config "$TMP/memshift.toml" &
-pids+=("$!")
-status=0
-wait "$!" || status=$?
-exit "$status"
+run_memshift_foreground
