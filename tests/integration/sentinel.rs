@@ -500,3 +500,55 @@ fn sentinel_shards_are_a_copy_source() {
     assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
     assert_eq!(target.dbsize(), 200, "{}", out.stdout);
 }
+
+#[test]
+fn sentinel_manual_failover_demoted_primary_is_not_written() {
+    let Some(s) = setup(2, true) else {
+        return;
+    };
+    let shard = &s.topo.shards[0];
+    let old = s.topo.primary_of(&shard.name);
+    let mut c = s.memshift.client();
+    // The old primary stays up and is demoted: only the switch (and the
+    // `ROLE` check of every connect) keeps memshift off it.
+    let reply = s.topo.sentinels[0]
+        .cmd(&[b"SENTINEL", b"FAILOVER", shard.name.as_bytes()])
+        .expect("SENTINEL FAILOVER");
+    assert_eq!(reply, Resp::Simple("OK".into()));
+    let (new, _) = s.topo.wait_switch(&shard.name, &old, FAILOVER_WITHIN);
+    wait_followed(&s, &shard.name);
+    // Written at once: Sentinel demotes the old primary only later, and a
+    // write it acknowledged meanwhile would be lost at its resync.
+    let keys: Vec<String> = (0..300).map(|i| format!("mf:{i}")).collect();
+    for k in &keys {
+        c.set(k, b"after").expect("set after the switch");
+    }
+    poll_until(Duration::from_secs(30), Duration::from_millis(50), || {
+        let info = shard.node(&old).cmd(&[b"INFO", b"replication"]);
+        let synced = matches!(&info, Resp::Bulk(Some(i))
+            if String::from_utf8_lossy(i).contains("master_link_status:up"));
+        (role(shard.node(&old)) == "slave" && synced).then_some(())
+    })
+    .expect("the old primary is demoted and synced");
+    for k in &keys {
+        assert_eq!(c.get(k).unwrap().as_deref(), Some(&b"after"[..]), "{k}");
+    }
+    let on_shard: Vec<&String> = keys
+        .iter()
+        .filter(|k| shard.node(&new).cmd(&[b"EXISTS", k.as_bytes()]).as_int() == Some(1))
+        .collect();
+    assert!(!on_shard.is_empty(), "no key landed on {}", shard.name);
+    // Replicated to the demoted node from the new primary; never refused
+    // there (a write to a replica would have failed the set above).
+    assert_eq!(role(shard.node(&old)), "slave");
+    assert_eq!(
+        metric(
+            s.admin,
+            &format!(
+                "memshift_backend_primary{{shard=\"{}\",addr=\"{old}\"}}",
+                shard.name
+            )
+        ),
+        0.0
+    );
+}
