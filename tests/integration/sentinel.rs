@@ -309,6 +309,24 @@ fn sentinel_primary_killed_under_load() {
 
 #[test]
 fn sentinel_lost_write_does_not_live_on_in_the_near_cache() {
+    lost_write_not_served(Failover::Pause);
+}
+
+#[test]
+fn sentinel_lost_write_not_served_after_a_manual_failover() {
+    lost_write_not_served(Failover::Manual);
+}
+
+/// How the primary holding a lost write loses its place.
+#[derive(Clone, Copy, PartialEq)]
+enum Failover {
+    /// SIGSTOP: its invalidation connection stays open, silent.
+    Pause,
+    /// `SENTINEL FAILOVER`: it stays up, and is demoted after the switch.
+    Manual,
+}
+
+fn lost_write_not_served(how: Failover) {
     let Some(s) = setup(2, true) else {
         return;
     };
@@ -342,10 +360,19 @@ fn sentinel_lost_write_does_not_live_on_in_the_near_cache() {
     let hits_before = metric(s.admin, "memshift_near_cache_hits_total");
     assert!(hits_before > 0.0, "the near cache served nothing");
     let old = primary.addr();
-    // Paused, not killed: the invalidation connection to it stays open
-    // (its pings go unanswered for a while), so only the switch itself can
-    // drop the shard's near-cache entries in time.
-    primary.signal(libc::SIGSTOP);
+    // Not killed: the invalidation connection to it stays open (paused:
+    // its pings go unanswered for a while; manual: it answers until its
+    // demotion), so only the switch itself can drop the shard's near-cache
+    // entries in time.
+    match how {
+        Failover::Pause => primary.signal(libc::SIGSTOP),
+        Failover::Manual => {
+            let ok = s.topo.sentinels[0]
+                .cmd(&[b"SENTINEL", b"FAILOVER", shard.name.as_bytes()])
+                .expect("SENTINEL FAILOVER");
+            assert_eq!(ok, Resp::Simple("OK".into()));
+        }
+    }
     let paused_at = Instant::now();
     let (new, promoted_at) = s.topo.wait_switch(&shard.name, &old, FAILOVER_WITHIN);
     wait_followed(&s, &shard.name);
@@ -379,7 +406,9 @@ fn sentinel_lost_write_does_not_live_on_in_the_near_cache() {
     for _ in 0..20 {
         assert_eq!(c.get(&key).unwrap().as_deref(), Some(&b"v1-replicated"[..]));
     }
-    primary.signal(libc::SIGCONT);
+    if how == Failover::Pause {
+        primary.signal(libc::SIGCONT);
+    }
 }
 
 #[test]
