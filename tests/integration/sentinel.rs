@@ -40,24 +40,38 @@ struct Setup {
     topo: SentinelTopology,
     memshift: Memshift,
     admin: u16,
+    config: String,
 }
 
 fn setup(shards: usize, near_cache: bool) -> Option<Setup> {
+    setup_with(shards, near_cache, None)
+}
+
+/// `sentinels`: which of the three memshift is told about (default: all).
+fn setup_with(shards: usize, near_cache: bool, sentinels: Option<&[usize]>) -> Option<Setup> {
     if !require_tools("sentinel", &["redis-server"]) {
         return None;
     }
     let topo = SentinelTopology::start(shards);
+    let sentinels = match sentinels {
+        None => topo.sentinel_list(),
+        Some(which) => which
+            .iter()
+            .map(|&i| format!("\"{}\"", topo.sentinels[i].addr()))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     let near = if near_cache {
         "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 1\n"
     } else {
         ""
     };
-    let (memshift, admin, _) = start_memshift_on_free_ports(|port, admin| {
+    let (memshift, admin, config) = start_memshift_on_free_ports(|port, admin| {
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
              [redis]\nsentinels = [{}]\nshards = [{}]\ntimeout_ms = {TIMEOUT_MS}\n\
              [migration]\nphase = \"redis\"\n{near}",
-            topo.sentinel_list(),
+            sentinels,
             topo.shard_list()
         )
     });
@@ -65,6 +79,7 @@ fn setup(shards: usize, near_cache: bool) -> Option<Setup> {
         topo,
         memshift,
         admin,
+        config,
     })
 }
 
@@ -580,4 +595,40 @@ fn sentinel_manual_failover_demoted_primary_is_not_written() {
         ),
         0.0
     );
+}
+
+#[test]
+fn sentinel_list_reloads_live() {
+    // Told about the first sentinel only, then (SIGHUP) about the other
+    // two: only the new list can tell memshift of the failover below.
+    let Some(mut s) = setup_with(2, false, Some(&[0])) else {
+        return;
+    };
+    let first = format!("\"{}\"", s.topo.sentinels[0].addr());
+    let others = format!(
+        "\"{}\", \"{}\"",
+        s.topo.sentinels[1].addr(),
+        s.topo.sentinels[2].addr()
+    );
+    s.memshift
+        .rewrite_config(&s.config.replace(&first, &others));
+    s.memshift.sighup();
+    poll_until(Duration::from_secs(20), Duration::from_millis(20), || {
+        (metric(s.admin, "memshift_config_reloads_total{result=\"ok\"}") >= 1.0).then_some(())
+    })
+    .expect("the reload is applied");
+    s.topo.sentinels[0].kill();
+    let name = s.topo.shards[1].name.clone();
+    let old = s.topo.primary_of(&name);
+    let idx = s.topo.shards[1].node_index(&old);
+    let mut c = s.memshift.client();
+    c.set("rl:before", b"x").expect("works across the reload");
+    s.topo.shards[1].nodes[idx].signal(libc::SIGKILL);
+    s.topo.wait_switch(&name, &old, FAILOVER_WITHIN);
+    wait_followed(&s, &name);
+    let mut c = s.memshift.client();
+    for i in 0..50 {
+        c.set(&format!("rl:{i}"), b"after")
+            .expect("set after the failover");
+    }
 }
