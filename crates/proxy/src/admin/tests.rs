@@ -126,6 +126,7 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     shard.set_up(true);
     shard.error(ErrorKind::Timeout);
     m.shard(Backend::Memcached, "127.0.0.1:21211");
+    m.primary("s1").primary_is("127.0.0.1:6379", None);
     m.client_connected();
     m.client_connected();
     m.client_disconnected();
