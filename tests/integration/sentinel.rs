@@ -41,6 +41,8 @@ struct Setup {
     memshift: Memshift,
     admin: u16,
     config: String,
+    /// `server.resp_listen`
+    resp: String,
 }
 
 fn setup(shards: usize, near_cache: bool) -> Option<Setup> {
@@ -66,9 +68,11 @@ fn setup_with(shards: usize, near_cache: bool, sentinels: Option<&[usize]>) -> O
     } else {
         ""
     };
+    let mut resp = String::new();
     let (memshift, admin, config) = start_memshift_on_free_ports(|port, admin| {
+        resp = format!("127.0.0.1:{}", memshift_tests::free_port());
         format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nresp_listen = \"{resp}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
              [redis]\nsentinels = [{}]\nshards = [{}]\ntimeout_ms = {TIMEOUT_MS}\n\
              [migration]\nphase = \"redis\"\n{near}",
             sentinels,
@@ -80,6 +84,7 @@ fn setup_with(shards: usize, near_cache: bool, sentinels: Option<&[usize]>) -> O
         memshift,
         admin,
         config,
+        resp,
     })
 }
 
@@ -319,6 +324,18 @@ fn sentinel_primary_killed_under_load() {
             .stderr()
             .contains("redis primary switched (Sentinel)"),
         "no switch log line"
+    );
+    let info = memshift_tests::RedisClient::connect(&s.resp, Duration::from_secs(5))
+        .and_then(|mut c| c.cmd(&[b"INFO"]))
+        .expect("RESP INFO");
+    let Resp::Bulk(Some(info)) = info else {
+        panic!("INFO: {info:?}");
+    };
+    let info = String::from_utf8_lossy(&info);
+    assert!(
+        info.contains(&format!("redis_primary_{name}:{now}\r\n"))
+            && info.contains(&format!("redis_primary_changes_{name}:1\r\n")),
+        "{info}"
     );
 }
 
