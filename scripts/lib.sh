@@ -101,6 +101,17 @@ stop_local_run() {
     log "stopped; removed $TMP"
 }
 
+# write_memshift_toml: $TMP/memshift.toml for the `make run` variants:
+# memcached port 11211, admin 9121, phase `redis`, and stdin as the keys of
+# its [redis] section.
+write_memshift_toml() {
+    {
+        printf '[server]\nlisten = "127.0.0.1:11211"\n[admin]\nlisten = "127.0.0.1:9121"\n[redis]\n'
+        cat
+        printf '[migration]\nphase = "redis"\n'
+    } >"$TMP/memshift.toml"
+}
+
 # run_memshift_foreground: memshift with $TMP/memshift.toml until it exits
 # (or Ctrl-C); exits with its status.
 run_memshift_foreground() {

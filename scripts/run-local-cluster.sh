@@ -33,16 +33,9 @@ for port in "${PORTS[@]}"; do
         sleep 0.2
     done
 done
-cat >"$TMP/memshift.toml" <<TOML
-[server]
-listen = "127.0.0.1:11211"
-[admin]
-listen = "127.0.0.1:9121"
-[redis]
+write_memshift_toml <<TOML
 mode = "cluster"
 cluster_nodes = ["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]
-[migration]
-phase = "redis"
 TOML
 log "redis cluster on ${PORTS[*]} (data and logs in $TMP)"
 run_memshift_foreground

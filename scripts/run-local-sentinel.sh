@@ -54,16 +54,9 @@ done
 for port in "${SENTINELS[@]}"; do
     wait_for_port "$port" 10 || die "no sentinel on 127.0.0.1:$port (logs in $TMP)"
 done
-cat >"$TMP/memshift.toml" <<TOML
-[server]
-listen = "127.0.0.1:11211"
-[admin]
-listen = "127.0.0.1:9121"
-[redis]
+write_memshift_toml <<TOML
 sentinels = ["127.0.0.1:26379", "127.0.0.1:26380", "127.0.0.1:26381"]
 shards = [{ master = "s1" }, { master = "s2" }, { master = "s3" }]
-[migration]
-phase = "redis"
 TOML
 log "masters s1..s3 on ${PRIMARIES[*]} (replicas ${REPLICAS[*]}), sentinels on ${SENTINELS[*]} (logs in $TMP)"
 run_memshift_foreground

@@ -68,6 +68,14 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether a Redis server (or sentinel) at `addr` answers `PING`.
+pub(crate) fn answers_ping(addr: &str) -> bool {
+    RedisClient::connect(addr, Duration::from_millis(500))
+        .and_then(|mut c| c.cmd(&[b"PING"]))
+        .map(|r| r == Resp::Simple("PONG".into()))
+        .unwrap_or(false)
+}
+
 /// Waits until `ready()` is true, failing early if the child exits.
 pub(crate) fn wait_ready(
     child: &mut Child,
@@ -153,12 +161,7 @@ impl RedisServer {
         let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn redis-server: {e}"))?;
         let addr = self.addr();
         let log_fn = || read_lossy(&log);
-        let res = wait_ready(&mut child, "redis-server", &log_fn, || {
-            RedisClient::connect(&addr, Duration::from_millis(500))
-                .and_then(|mut c| c.cmd(&[b"PING"]))
-                .map(|r| r == Resp::Simple("PONG".into()))
-                .unwrap_or(false)
-        });
+        let res = wait_ready(&mut child, "redis-server", &log_fn, || answers_ping(&addr));
         match res {
             Ok(()) => {
                 self.child = Some(child);

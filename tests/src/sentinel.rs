@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::env::free_port;
-use crate::process::{kill_and_reap, read_lossy, spawn, temp_dir, wait_ready, RedisServer};
+use crate::process::{
+    answers_ping, kill_and_reap, read_lossy, spawn, temp_dir, wait_ready, RedisServer,
+};
 use crate::resp::{RedisClient, Resp};
 
 /// Sentinel's `down-after-milliseconds`: how long a silent primary takes
@@ -59,10 +61,7 @@ impl Sentinel {
         let addr = format!("127.0.0.1:{port}");
         let log_fn = || read_lossy(&log);
         let ready = wait_ready(&mut child, "redis-sentinel", &log_fn, || {
-            RedisClient::connect(&addr, Duration::from_millis(500))
-                .and_then(|mut c| c.cmd(&[b"PING"]))
-                .map(|r| r == Resp::Simple("PONG".into()))
-                .unwrap_or(false)
+            answers_ping(&addr)
         });
         let mut s = Sentinel {
             port,
