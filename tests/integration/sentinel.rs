@@ -405,7 +405,7 @@ fn lost_write_not_served(how: Failover) {
             assert_eq!(ok, Resp::Simple("OK".into()));
         }
     }
-    let paused_at = Instant::now();
+    let fault_at = Instant::now();
     let (new, promoted_at) = s.topo.wait_switch(&shard.name, &old, FAILOVER_WITHIN);
     wait_followed(&s, &shard.name);
     // From the switch on: errors until memshift follows, then the promoted
@@ -423,10 +423,10 @@ fn lost_write_not_served(how: Failover) {
     })
     .expect("the key answers after the switch");
     println!(
-        "lost write: answered {:?} {:?} after the promotion ({:?} after the pause)",
+        "lost write: answered {:?} {:?} after the promotion ({:?} after the fault)",
         String::from_utf8_lossy(&value),
         promoted_at.elapsed(),
-        promoted_at - paused_at,
+        promoted_at - fault_at,
     );
     assert_eq!(value, b"v1-replicated");
     // The lost write really was lost: the promoted replica never had it.
