@@ -6,7 +6,7 @@
 //! a demoted primary after the switch is known.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -17,6 +17,9 @@ pub struct Primary {
     addr: watch::Sender<Arc<str>>,
     /// Switches followed since start (not the first address).
     changes: AtomicU64,
+    /// The highest Sentinel `config-epoch` followed (`super::sentinel`);
+    /// kept with the shard across reloads.
+    pub(crate) epoch: Mutex<Option<u64>>,
 }
 
 /// A shard keeps its identity (and its live connections) across reloads by
@@ -36,6 +39,7 @@ impl Primary {
             master: master.to_string(),
             addr: watch::Sender::new(Arc::from(addr)),
             changes: AtomicU64::new(0),
+            epoch: Mutex::new(None),
         }
     }
 

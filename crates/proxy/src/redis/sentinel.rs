@@ -28,7 +28,7 @@
 //! A reload builds a new generation and so a new task with the new sentinel
 //! list; shards kept across it keep their [`super::primary::Primary`].
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -91,12 +91,7 @@ pub fn spawn(
             f.metrics.primary_is(&p.current(), None);
         }
     }
-    let epochs = Mutex::new(vec![None; shards.len()]);
-    let watch = Arc::new(Watch {
-        settings,
-        shards,
-        epochs,
-    });
+    let watch = Arc::new(Watch { settings, shards });
     AbortOnDrop(tokio::spawn(async move {
         // Dropped (aborting every follower) when this task is aborted.
         let mut followers = tokio::task::JoinSet::new();
@@ -194,13 +189,25 @@ fn parse_switch(payload: &[u8]) -> Option<(&[u8], String)> {
     Some((master, addr))
 }
 
-/// What every sentinel's follower shares: the shards, and per master the
-/// highest Sentinel `config-epoch` applied (a sentinel that has not heard of
-/// a failover yet answers the old primary with an older epoch: ignored).
+/// What every sentinel's follower shares: the shards (each [`Primary`]
+/// keeps the highest Sentinel `config-epoch` applied, across reloads: a
+/// sentinel that has not heard of a failover yet answers the old primary
+/// with an older epoch, which is ignored).
+///
+/// [`Primary`]: super::primary::Primary
 struct Watch {
     settings: ConnectionSettings,
     shards: Vec<Followed>,
-    epochs: Mutex<Vec<Option<u64>>>,
+}
+
+/// The epoch of an answer.
+enum Epoch {
+    /// `config-epoch` of `SENTINEL MASTER`.
+    Config(u64),
+    /// `+promoted-slave`: the failover's new epoch is not published before
+    /// `+switch-master`, but is newer than any applied, so answers naming
+    /// the old primary in the applied epoch are refused from now on.
+    Promoted,
 }
 
 impl Watch {
@@ -281,7 +288,7 @@ impl Watch {
                 Frame::Error(_) => {}
                 frame => {
                     if let Some((addr, epoch)) = master_state(&frame) {
-                        self.offer(i, &addr, epoch, sentinel);
+                        self.offer(i, &addr, Epoch::Config(epoch), sentinel);
                     }
                 }
             }
@@ -312,37 +319,30 @@ impl Watch {
             SWITCH_CHANNEL => index(parse_switch(payload)?.0),
             PROMOTED_CHANNEL => {
                 let (master, addr) = parse_promoted(payload)?;
-                self.promoted(index(master)?, &addr, sentinel);
+                self.offer(index(master)?, &addr, Epoch::Promoted, sentinel);
                 None
             }
             _ => None,
         }
     }
 
-    /// The failover's leader promoted `addr`: its config epoch is not
-    /// published before `+switch-master`, but is newer than any applied, so
-    /// answers naming the old primary in the applied epoch are refused
-    /// from now on.
-    fn promoted(&self, i: usize, addr: &str, sentinel: &str) {
-        let epoch = {
-            let epochs = self.epochs.lock().unwrap_or_else(PoisonError::into_inner);
-            epochs.get(i).copied().flatten().map_or(0, |e| e + 1)
-        };
-        self.offer(i, addr, epoch, sentinel);
-    }
-
     /// A sentinel says master `i` is at `addr` in `epoch`: follow it unless
     /// an answer of a newer epoch was applied.
-    fn offer(&self, i: usize, addr: &str, epoch: u64, sentinel: &str) {
-        let mut epochs = self.epochs.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(applied) = epochs.get_mut(i) else {
+    fn offer(&self, i: usize, addr: &str, epoch: Epoch, sentinel: &str) {
+        let Some(f) = self.shards.get(i) else {
             return;
         };
-        if applied.is_some_and(|e| epoch < e) {
+        let Some(primary) = f.shard.primary() else {
             return;
-        }
+        };
+        // Held while switching: two followers never interleave a switch.
+        let mut applied = primary.epoch.lock().unwrap_or_else(PoisonError::into_inner);
+        let epoch = match epoch {
+            Epoch::Config(e) if applied.is_some_and(|a| e < a) => return,
+            Epoch::Config(e) => e,
+            Epoch::Promoted => applied.map_or(0, |a| a + 1),
+        };
         *applied = Some(epoch);
-        let f = &self.shards[i];
         if let Some(old) = f.shard.follow_primary(addr) {
             f.metrics.primary_is(addr, Some(&old));
             tracing::warn!(shard = %f.shard.id, from = %old, to = %addr, sentinel = %sentinel, config_epoch = epoch, "redis primary switched (Sentinel); the shard's near-cache entries dropped");
