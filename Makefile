@@ -12,7 +12,9 @@ CARGO ?= cargo
 ## run: install what is missing, start 3 Redis shards + memcached on loopback,
 ##      build and run memshift with config/local.toml (Ctrl-C stops everything);
 ##      CLUSTER=1 make run: a local 6-node Redis Cluster (3 masters, 3 replicas)
-##      on 127.0.0.1:7000-7005 instead, memshift in mode = "cluster"
+##      on 127.0.0.1:7000-7005 instead, memshift in mode = "cluster";
+##      SENTINEL=1 make run: 3 Sentinel masters (primary + replica each) and
+##      3 sentinels, memshift with [redis] sentinels (run-local-sentinel.sh)
 run:
 	./scripts/run-local.sh
 

@@ -9,6 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/lib.sh
 
 pkgs=()
+# Also the sentinels of the Sentinel tests and `SENTINEL=1 make run`:
+# `redis-server --sentinel` (Debian's redis-sentinel package only wraps it).
 command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v memcached >/dev/null 2>&1 || pkgs+=(memcached)
 command -v memccapable >/dev/null 2>&1 || pkgs+=(libmemcached-tools)

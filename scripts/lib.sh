@@ -74,3 +74,51 @@ bench:
     - 127.0.0.1:$memcached_port:1
 EOC
 }
+
+# local_run_setup PREFIX PORT...: for the `make run` variants: build memshift
+# (release) into $bin, refuse ports already in use, make the temp dir $TMP,
+# and on exit stop every process in $pids and remove $TMP.
+local_run_setup() {
+    local prefix=$1 port
+    shift
+    log "cargo build --release -p memshift-proxy"
+    cargo build --release -p memshift-proxy
+    bin=${CARGO_TARGET_DIR:-target}/release/memshift
+    for port in "$@"; do
+        port_in_use "$port" && die "127.0.0.1:$port is already in use"
+    done
+    TMP=$(mktemp -d -t "$prefix.XXXXXX")
+    pids=()
+    trap stop_local_run INT TERM EXIT
+}
+
+stop_local_run() {
+    trap - INT TERM EXIT
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$TMP"
+    log "stopped; removed $TMP"
+}
+
+# write_memshift_toml: $TMP/memshift.toml for the `make run` variants:
+# memcached port 11211, admin 9121, phase `redis`, and stdin as the keys of
+# its [redis] section.
+write_memshift_toml() {
+    {
+        printf '[server]\nlisten = "127.0.0.1:11211"\n[admin]\nlisten = "127.0.0.1:9121"\n[redis]\n'
+        cat
+        printf '[migration]\nphase = "redis"\n'
+    } >"$TMP/memshift.toml"
+}
+
+# run_memshift_foreground: memshift with $TMP/memshift.toml until it exits
+# (or Ctrl-C); exits with its status.
+run_memshift_foreground() {
+    log "memshift --config $TMP/memshift.toml (Ctrl-C to stop everything)"
+    "$bin" --config "$TMP/memshift.toml" &
+    pids+=("$!")
+    local status=0
+    wait "$!" || status=$?
+    exit "$status"
+}

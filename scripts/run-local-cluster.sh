@@ -12,25 +12,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 command -v redis-server >/dev/null 2>&1 || { apt_install redis-server; stop_packaged_service redis-server; }
 command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found"
 
-log "cargo build --release -p memshift-proxy"
-cargo build --release -p memshift-proxy
-bin=${CARGO_TARGET_DIR:-target}/release/memshift
-
-for port in "${PORTS[@]}" 11211 9121; do
-    port_in_use "$port" && die "127.0.0.1:$port is already in use"
-done
-
-TMP=$(mktemp -d -t memshift-cluster.XXXXXX)
-pids=()
-cleanup() {
-    trap - INT TERM EXIT
-    local pid
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$TMP"
-    log "stopped; removed $TMP"
-}
-trap cleanup INT TERM EXIT
+local_run_setup memshift-cluster "${PORTS[@]}" 11211 9121
 
 addrs=()
 for port in "${PORTS[@]}"; do
@@ -51,21 +33,9 @@ for port in "${PORTS[@]}"; do
         sleep 0.2
     done
 done
-cat >"$TMP/memshift.toml" <<TOML
-[server]
-listen = "127.0.0.1:11211"
-[admin]
-listen = "127.0.0.1:9121"
-[redis]
+write_memshift_toml <<TOML
 mode = "cluster"
 cluster_nodes = ["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]
-[migration]
-phase = "redis"
 TOML
 log "redis cluster on ${PORTS[*]} (data and logs in $TMP)"
-log "memshift --config $TMP/memshift.toml (Ctrl-C to stop everything)"
-"$bin" --config "$TMP/memshift.toml" &
-pids+=("$!")
-status=0
-wait "$!" || status=$?
-exit "$status"
+run_memshift_foreground

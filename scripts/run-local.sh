@@ -9,6 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # CLUSTER=1: a local Redis Cluster instead of standalone shards.
 [ "${CLUSTER:-0}" = 1 ] && exec ./scripts/run-local-cluster.sh
+# SENTINEL=1: Sentinel-managed shards (a primary and a replica each).
+[ "${SENTINEL:-0}" = 1 ] && exec ./scripts/run-local-sentinel.sh
 
 CONFIG=${MEMSHIFT_CONFIG:-config/local.toml}
 REDIS_PORTS=(6379 6380 6381)

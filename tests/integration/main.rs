@@ -32,6 +32,7 @@ mod pipelining;
 mod plan;
 mod pymemcache;
 mod resp;
+mod sentinel;
 mod shard_down;
 mod shard_down_misses;
 mod tls;

@@ -17,6 +17,7 @@ pub mod redis_cluster;
 pub mod redis_cluster_tls;
 pub mod resp;
 pub mod resp_proxy;
+pub mod sentinel;
 pub mod socket;
 pub mod tls;
 pub mod verify;

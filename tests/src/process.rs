@@ -56,7 +56,7 @@ pub(crate) fn kill_and_reap(child: &mut Option<Child>) {
     }
 }
 
-fn read_lossy(path: &Path) -> String {
+pub(crate) fn read_lossy(path: &Path) -> String {
     fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
@@ -67,8 +67,16 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether a Redis server (or sentinel) at `addr` answers `PING`.
+pub(crate) fn answers_ping(addr: &str) -> bool {
+    RedisClient::connect(addr, Duration::from_millis(500))
+        .and_then(|mut c| c.cmd(&[b"PING"]))
+        .map(|r| r == Resp::Simple("PONG".into()))
+        .unwrap_or(false)
+}
+
 /// Waits until `ready()` is true, failing early if the child exits.
-fn wait_ready(
+pub(crate) fn wait_ready(
     child: &mut Child,
     what: &str,
     log: &dyn Fn() -> String,
@@ -150,12 +158,7 @@ impl RedisServer {
         let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn redis-server: {e}"))?;
         let addr = self.addr();
         let log_fn = || read_lossy(&log);
-        let res = wait_ready(&mut child, "redis-server", &log_fn, || {
-            RedisClient::connect(&addr, Duration::from_millis(500))
-                .and_then(|mut c| c.cmd(&[b"PING"]))
-                .map(|r| r == Resp::Simple("PONG".into()))
-                .unwrap_or(false)
-        });
+        let res = wait_ready(&mut child, "redis-server", &log_fn, || answers_ping(&addr));
         match res {
             Ok(()) => {
                 self.child = Some(child);

@@ -93,6 +93,14 @@ pub trait Connector: Send + Sync + 'static {
 
     /// For logs and metrics.
     fn event(&self, event: Event<'_>);
+
+    /// Resolves once the backend moved away from where the last connect
+    /// attempt went (a Sentinel failover): the connection is closed (its
+    /// requests in flight fail, none is re-sent) and the next attempt is
+    /// made at once. Default: never.
+    fn moved(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// What happened to a connection.

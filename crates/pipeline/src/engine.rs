@@ -142,7 +142,7 @@ async fn run<K: Connector>(
                     timeout: settings.timeout,
                     senders_gone: false,
                 };
-                let ended = conn.serve(rd, wr, &mut rx).await;
+                let ended = conn.serve(rd, wr, &mut rx, connector.moved()).await;
                 up.store(false, Ordering::Relaxed);
                 match ended {
                     Ok(()) => {
@@ -172,10 +172,17 @@ async fn run<K: Connector>(
                 outage = true;
             }
         }
-        // Down: fail requests fast until the next attempt.
+        // Down: fail requests fast until the next attempt (at once if the
+        // backend moved meanwhile).
         let retry_at = Instant::now() + backoff;
+        let moved = connector.moved();
+        tokio::pin!(moved);
         loop {
             tokio::select! {
+                () = &mut moved => {
+                    backoff = BACKOFF_MIN;
+                    break;
+                }
                 req = rx.recv() => match req {
                     Some(req) => {
                         connector.event(Event::RefusedWhileDown);
@@ -212,11 +219,13 @@ impl<C: Codec> Connection<C> {
         mut rd: R,
         mut wr: W,
         rx: &mut mpsc::Receiver<Request<C>>,
+        moved: impl std::future::Future<Output = ()>,
     ) -> Result<(), Broken>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
+        tokio::pin!(moved);
         let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
         let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
         // TLS may keep the tail of a write buffered; a no-op on TCP.
@@ -237,6 +246,8 @@ impl<C: Codec> Connection<C> {
             }
             tokio::select! {
                 biased;
+                // First: a busy connection must still notice it moved.
+                () = &mut moved => break Err(Broken::Moved),
                 read = rd.read_buf(&mut rbuf) => match read {
                     Ok(0) => break Err(Broken::Closed),
                     Ok(_) => {

@@ -93,6 +93,9 @@ pub enum Broken {
     /// The oldest request waited longer than the request timeout.
     #[error("no reply within {} ms", .0.as_millis())]
     Timeout(Duration),
+    /// The backend moved ([`crate::Connector::moved`]).
+    #[error("backend moved")]
+    Moved,
 }
 
 impl Broken {

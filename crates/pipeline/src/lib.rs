@@ -36,6 +36,10 @@
 //!   pass and an extra `epoll_wait` (BENCHMARKS.md, "Issue 14").
 //! * A connection that served for a while and then broke (idle drop,
 //!   restart) is retried at once; a flapping one waits the backoff.
+//! * A backend that moves (a Redis Sentinel failover: [`Connector::moved`])
+//!   closes the connection at once, even mid-traffic (that branch is
+//!   polled first), and skips the backoff: its requests in flight fail like
+//!   on any lost connection and are never re-sent to the new address.
 
 mod codec;
 mod engine;

@@ -5,6 +5,7 @@
 //! pipelines.
 
 pub mod admin;
+pub mod backend;
 pub mod cli;
 pub mod compare;
 pub mod config;

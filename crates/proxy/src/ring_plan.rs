@@ -106,18 +106,27 @@ pub fn plan_ring(
     let changed: Option<(&RingChange, Vec<ShardConfig>, f64)> = match change {
         None => None,
         Some(RingChange::Add(addr)) => {
-            check_backend_addr(addr).map_err(|reason| RingPlanError::BadAddress {
-                addr: addr.clone(),
-                reason,
-            })?;
+            // Sentinel shards: what is added is a master name.
+            let sentinel = shards.iter().any(|s| s.master.is_some());
+            if !sentinel {
+                check_backend_addr(addr).map_err(|reason| RingPlanError::BadAddress {
+                    addr: addr.clone(),
+                    reason,
+                })?;
+            }
             if shards.iter().any(|s| s.addr == *addr || s.id() == addr) {
                 return Err(RingPlanError::AlreadyPresent(addr.clone()));
             }
             let mut after = shards.clone();
             after.push(ShardConfig {
-                addr: addr.clone(),
+                addr: if sentinel {
+                    String::new()
+                } else {
+                    addr.clone()
+                },
                 weight: 1,
                 name: None,
+                master: sentinel.then(|| addr.clone()),
             });
             let min = percent_of_weight(1, &after);
             change.map(|c| (c, after, min))
@@ -366,6 +375,24 @@ mod tests {
         assert!(m.moved > 0 && m.moved < plan.keys / 2, "{}", m.moved);
         let pct = plan.moved_percent().unwrap();
         assert!((pct - percent(m.moved, plan.keys)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sentinel_shards_are_planned_by_master_name() {
+        let c = Config::from_toml_str(
+            "[server]\nlisten = \"127.0.0.1:11211\"\n[redis]\nsentinels = [\"a:1\"]\n\
+             shards = [{ master = \"s1\" }, { master = \"s2\", weight = 2 }]\n",
+        )
+        .unwrap();
+        let change = RingChange::Add("s3".into());
+        let plan = plan_ring(&c, 20_000, Some(&change)).unwrap();
+        let ids: Vec<_> = plan.before.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["s1", "s2"]);
+        let m = plan.change.as_ref().unwrap();
+        assert_eq!(m.after[2].id, "s3");
+        assert_eq!(m.moved, m.after[2].keys);
+        let again = RingChange::Add("s2".into());
+        assert!(plan_ring(&c, 100, Some(&again)).is_err());
     }
 
     #[test]

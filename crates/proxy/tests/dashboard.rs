@@ -39,6 +39,8 @@ fn exposed() -> HashMap<String, String> {
     // Per-shard families only exist once a shard is registered.
     m.shard(Backend::Redis, "r1");
     m.shard(Backend::Memcached, "m1");
+    // Sentinel-managed shards' series exist once a primary is known.
+    m.primary("s1").primary_is("127.0.0.1:6379", None);
     let mut out = HashMap::new();
     for line in m.render().lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {

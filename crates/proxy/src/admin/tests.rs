@@ -127,6 +127,7 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     shard.error(ErrorKind::Timeout);
     m.shard(Backend::Memcached, "127.0.0.1:21211");
     m.read_errors_as_misses("r1").increment(2);
+    m.primary("s1").primary_is("127.0.0.1:6379", None);
     m.client_connected(crate::metrics::Transport::Tcp);
     m.client_connected(crate::metrics::Transport::Tcp);
     m.client_disconnected(crate::metrics::Transport::Tcp);

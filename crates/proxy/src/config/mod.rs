@@ -26,6 +26,8 @@ pub use redis::{RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolic
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 
 #[cfg(test)]
+mod sentinel_tests;
+#[cfg(test)]
 mod tests;
 
 pub(crate) use validate::check_backend_addr;

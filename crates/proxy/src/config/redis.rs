@@ -38,6 +38,11 @@ pub struct RedisConfig {
     pub tls_key: Option<PathBuf>,
     /// Name checked against the shards' certificates (default: the host of each addr).
     pub tls_server_name: Option<String>,
+    /// Sentinel-managed shards (`shards = [{ master = "s1" }, …]`): the
+    /// sentinels asked for each master's current primary, in order.
+    pub sentinels: Vec<String>,
+    pub sentinel_username: Option<String>,
+    pub sentinel_password: Option<String>,
 }
 
 impl RedisConfig {
@@ -78,6 +83,9 @@ impl Default for RedisConfig {
             tls_cert: None,
             tls_key: None,
             tls_server_name: None,
+            sentinels: Vec::new(),
+            sentinel_username: None,
+            sentinel_password: None,
         }
     }
 }
@@ -108,6 +116,12 @@ impl fmt::Debug for RedisConfig {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_server_name", &self.tls_server_name)
+            .field("sentinels", &self.sentinels)
+            .field("sentinel_username", &self.sentinel_username)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
@@ -153,19 +167,27 @@ impl ShardDownPolicy {
     }
 }
 
-/// One Redis shard: `"host:port"` or `{ addr = "host:port", weight = 2, name = "r1" }`.
+/// One Redis shard: `"host:port"`, `{ addr = "host:port", weight = 2, name = "r1" }`,
+/// or a Sentinel master `{ master = "s1", weight = 2 }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardConfig {
+    /// Empty for a Sentinel master (its address is asked from the sentinels).
     pub addr: String,
     pub weight: u32,
     pub name: Option<String>,
+    /// The Sentinel master name (`redis.sentinels` finds its primary).
+    pub master: Option<String>,
 }
 
 impl ShardConfig {
-    /// Identity on the ring: the name when set, else the address. Naming
-    /// shards lets an address change without moving keys.
+    /// Identity on the ring: the Sentinel master name, else the name when
+    /// set, else the address. Naming shards lets an address change (a
+    /// failover, a move) without moving keys.
     pub fn id(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.addr)
+        self.master
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or(&self.addr)
     }
 }
 
@@ -174,7 +196,10 @@ impl<'de> Deserialize<'de> for ShardConfig {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Table {
-            addr: String,
+            #[serde(default)]
+            addr: Option<String>,
+            #[serde(default)]
+            master: Option<String>,
             #[serde(default = "default_weight")]
             weight: u32,
             #[serde(default)]
@@ -184,25 +209,53 @@ impl<'de> Deserialize<'de> for ShardConfig {
         impl<'de> Visitor<'de> for V {
             type Value = ShardConfig;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(r#"a "host:port" string or a table { addr = "host:port", weight = 1, name = "..." }"#)
+                f.write_str(r#"a "host:port" string, a table { addr = "host:port", weight = 1, name = "..." }, or a Sentinel master { master = "name", weight = 1 }"#)
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ShardConfig, E> {
                 Ok(ShardConfig {
                     addr: v.to_owned(),
                     weight: default_weight(),
                     name: None,
+                    master: None,
                 })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ShardConfig, A::Error> {
                 let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ShardConfig {
-                    addr: t.addr,
-                    weight: t.weight,
-                    name: t.name,
-                })
+                sentinel_master_table(t.addr, t.master, t.weight, t.name)
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A shard table names either an address or a Sentinel master (whose name
+/// is its ring identity, so `name` does not go with it).
+fn sentinel_master_table<E: de::Error>(
+    addr: Option<String>,
+    master: Option<String>,
+    weight: u32,
+    name: Option<String>,
+) -> Result<ShardConfig, E> {
+    match (addr, master) {
+        (Some(addr), None) => Ok(ShardConfig {
+            addr,
+            weight,
+            name,
+            master: None,
+        }),
+        (None, Some(_)) if name.is_some() => Err(E::custom(
+            "a Sentinel shard's master name is its name on the ring; remove `name`",
+        )),
+        (None, Some(master)) => Ok(ShardConfig {
+            addr: String::new(),
+            weight,
+            name: None,
+            master: Some(master),
+        }),
+        (Some(_), Some(_)) => Err(E::custom(
+            "set either `addr` (a standalone shard) or `master` (a Sentinel master), not both",
+        )),
+        (None, None) => Err(E::missing_field("addr")),
     }
 }
 

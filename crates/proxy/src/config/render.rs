@@ -71,7 +71,10 @@ pub(super) fn render(c: &Config) -> String {
     }
     o.line("shards = [");
     for sh in &r.shards {
-        let mut entry = format!("  {{ addr = {}, weight = {}", quote(&sh.addr), sh.weight);
+        let mut entry = match &sh.master {
+            Some(m) => format!("  {{ master = {}, weight = {}", quote(m), sh.weight),
+            None => format!("  {{ addr = {}, weight = {}", quote(&sh.addr), sh.weight),
+        };
         if let Some(n) = &sh.name {
             let _ = write!(entry, ", name = {}", quote(n));
         }
@@ -94,6 +97,18 @@ pub(super) fn render(c: &Config) -> String {
     o.path("tls_cert", r.tls_cert.as_deref());
     o.path("tls_key", r.tls_key.as_deref());
     o.opt_str("tls_server_name", r.tls_server_name.as_deref());
+    if !r.sentinels.is_empty() {
+        o.line("sentinels = [");
+        for a in &r.sentinels {
+            o.line(&format!("  {},", quote(a)));
+        }
+        o.line("]");
+        o.opt_str("sentinel_username", r.sentinel_username.as_deref());
+        o.opt_str(
+            "sentinel_password",
+            r.sentinel_password.as_ref().map(|_| "***"),
+        );
+    }
 
     o.section("ring");
     o.raw("vnodes", c.ring.vnodes);

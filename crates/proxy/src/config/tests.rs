@@ -90,7 +90,8 @@ fn minimal_config_gets_every_default() {
         vec![ShardConfig {
             addr: "127.0.0.1:6379".into(),
             weight: 1,
-            name: None
+            name: None,
+            master: None,
         }]
     );
     assert_eq!(
@@ -667,6 +668,7 @@ fn ring_size_is_bounded() {
             addr: "b:1".into(),
             weight: 1000,
             name: None,
+            master: None,
         });
     });
     assert_mentions(&e, &["ring.vnodes", "ring points"]);
@@ -875,6 +877,7 @@ fn restart_required_changes_lists_only_startup_settings() {
         addr: "b:1".into(),
         weight: 1,
         name: None,
+        master: None,
     });
     b.migration.phase = Phase::Redis;
     b.migration.canary_percent = 50.0;

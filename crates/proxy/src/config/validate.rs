@@ -182,6 +182,9 @@ fn tls(c: &Config) -> Check {
 
 /// `mode = "cluster"`: seeds instead of shards.
 fn redis_cluster(r: &RedisConfig) -> Check {
+    if !r.sentinels.is_empty() {
+        return Err("redis.sentinels: not used with mode = \"cluster\" (a Redis Cluster fails over itself); remove it".into());
+    }
     if !r.shards.is_empty() {
         return Err("redis.shards: not used with mode = \"cluster\" (the cluster's nodes are discovered from redis.cluster_nodes); remove one of the two".into());
     }
@@ -222,10 +225,21 @@ fn redis(c: &Config) -> Check {
                 .into(),
         );
     }
+    sentinel_shards(r)?;
     let mut addrs: HashMap<&str, usize> = HashMap::new();
     let mut ids: HashMap<&str, usize> = HashMap::new();
     for (i, s) in r.shards.iter().enumerate() {
         let key = format!("redis.shards[{i}]");
+        if s.master.is_some() {
+            check_weight(&key, s.weight)?;
+            if let Some(j) = ids.insert(s.id(), i) {
+                return Err(format!(
+                    "{key}: duplicate Sentinel master {:?} (also redis.shards[{j}])",
+                    s.id()
+                ));
+            }
+            continue;
+        }
         check_backend_addr(&s.addr).map_err(|e| format!("{key}: bad address {:?}: {e}", s.addr))?;
         if r.tls
             && s.addr
@@ -259,6 +273,64 @@ fn redis(c: &Config) -> Check {
         }
     }
     redis_common(r)
+}
+
+/// Sentinel-managed shards: every shard a `{ master = "…" }` with
+/// `redis.sentinels` set, or none (the two forms are never mixed).
+fn sentinel_shards(r: &RedisConfig) -> Check {
+    let masters = r.shards.iter().filter(|s| s.master.is_some()).count();
+    if masters > 0 && masters < r.shards.len() {
+        return Err(format!(
+            "redis.shards: mixes {masters} Sentinel master(s) ({{ master = \"…\" }}) with {} address(es); use one form for every shard",
+            r.shards.len() - masters
+        ));
+    }
+    if masters == 0 {
+        if !r.sentinels.is_empty() {
+            return Err("redis.sentinels: set, but no shard names a Sentinel master; write shards as { master = \"name\" } or remove redis.sentinels".into());
+        }
+        if r.sentinel_username.is_some() || r.sentinel_password.is_some() {
+            return Err(
+                "redis.sentinel_password: set without Sentinel shards (redis.sentinels)".into(),
+            );
+        }
+        return Ok(());
+    }
+    if r.sentinels.is_empty() {
+        return Err("redis.sentinels: empty; Sentinel master shards ({ master = \"…\" }) need at least one sentinel \"host:port\"".into());
+    }
+    for (i, s) in r.shards.iter().enumerate() {
+        let name = s.master.as_deref().unwrap_or_default();
+        if name.is_empty() || name.trim() != name || name.contains(char::is_whitespace) {
+            return Err(format!(
+                "redis.shards[{i}].master: {name:?} must be non-empty without spaces"
+            ));
+        }
+    }
+    for (i, a) in r.sentinels.iter().enumerate() {
+        let key = format!("redis.sentinels[{i}]");
+        check_host_port(a).map_err(|e| format!("{key}: bad address {a:?}: {e}"))?;
+        if let Some(j) = r.sentinels[..i].iter().position(|b| b == a) {
+            return Err(format!(
+                "{key}: duplicate sentinel {a:?} (also redis.sentinels[{j}])"
+            ));
+        }
+    }
+    match (&r.sentinel_username, &r.sentinel_password) {
+        (Some(_), None) => Err(
+            "redis.sentinel_username: set without redis.sentinel_password (ACL AUTH needs both)"
+                .into(),
+        ),
+        (Some(u), _) if u.is_empty() => Err("redis.sentinel_username: empty".into()),
+        (_, Some(p)) if p.is_empty() => Err("redis.sentinel_password: empty".into()),
+        // The primary's address is only known at connect time, so its
+        // certificate name cannot default to the host of a configured addr.
+        _ if r.tls && r.tls_server_name.is_none() => Err(
+            "redis.tls_server_name: required with redis.tls and Sentinel shards (the primaries' addresses change; name the certificate they all carry)"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Connection settings both modes share.

@@ -65,6 +65,8 @@ pub const GET_MISSES: &str = "memshift_get_misses_total";
 pub const BACKEND_ERRORS: &str = "memshift_backend_errors_total";
 pub const BACKEND_UP: &str = "memshift_backend_up";
 pub const READ_ERRORS_AS_MISSES: &str = "memshift_read_errors_as_misses_total";
+pub const BACKEND_PRIMARY_CHANGES: &str = "memshift_backend_primary_changes_total";
+pub const BACKEND_PRIMARY: &str = "memshift_backend_primary";
 pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
 pub const TRANSPORT_CONNECTIONS: &str = "memshift_transport_connections";
@@ -84,7 +86,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 23] = [
+pub const FAMILIES: [(&str, &str, &str); 25] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -119,6 +121,16 @@ pub const FAMILIES: [(&str, &str, &str); 23] = [
         READ_ERRORS_AS_MISSES,
         "counter",
         "Keys of memcached reads answered as misses because their Redis shard failed (redis.read_errors_as_misses), by shard.",
+    ),
+    (
+        BACKEND_PRIMARY_CHANGES,
+        "counter",
+        "Sentinel-managed shards: primary switches followed, by shard (master name).",
+    ),
+    (
+        BACKEND_PRIMARY,
+        "gauge",
+        "Sentinel-managed shards: 1 for the shard's current primary address, 0 for earlier ones.",
     ),
     (CLIENT_CONNECTIONS, "gauge", "Open client connections."),
     (

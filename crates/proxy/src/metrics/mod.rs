@@ -21,6 +21,7 @@ mod durations;
 pub mod families;
 pub mod labels;
 pub mod near_cache;
+pub mod primary;
 mod registry;
 pub mod shard;
 
@@ -29,6 +30,7 @@ mod tests;
 
 pub use families::*;
 pub use labels::{Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsResult, Transport};
+pub use primary::PrimaryMetrics;
 pub use shard::ShardMetrics;
 
 use durations::Durations;
@@ -224,6 +226,11 @@ impl Metrics {
             families::READ_ERRORS_AS_MISSES,
             &[("shard", shard)],
         )
+    }
+
+    /// A Sentinel-managed shard's primary series (by master name).
+    pub fn primary(&self, shard: &str) -> PrimaryMetrics {
+        PrimaryMetrics::register(self.recorder.clone(), shard)
     }
 
     /// Registers shard series later: Redis Cluster nodes found after start.

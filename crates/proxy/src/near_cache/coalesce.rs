@@ -72,7 +72,7 @@ use tokio::sync::mpsc;
 
 use super::store::Ticket;
 use super::{NearCache, Tracking};
-use crate::redis::{BackendError, BackendReply, Reply, ReplyTo};
+use crate::backend::{BackendError, BackendReply, Reply, ReplyTo};
 
 /// Waiters one flight takes; a later miss of the key opens another flight.
 pub const MAX_WAITERS: usize = 1024;

@@ -247,7 +247,7 @@ mod coalescing {
 
     use super::super::coalesce::{self, indexed, join, lead, leave, REDISPATCH};
     use super::*;
-    use crate::redis::{BackendReply, Reply, ReplyTo};
+    use crate::backend::{BackendReply, Reply, ReplyTo};
 
     fn to(tx: &mpsc::UnboundedSender<BackendReply>, seq: u64) -> ReplyTo {
         ReplyTo {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::redis::{BackendError, ReplyTo};
+use crate::backend::{BackendError, ReplyTo};
 
 /// A `SET` for the shard's invalidation connection, and where its reply goes.
 #[derive(Debug)]

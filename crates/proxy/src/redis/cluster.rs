@@ -22,6 +22,8 @@ use memshift_ring::{key_slot, SLOT_COUNT};
 use tokio::sync::{mpsc, Notify};
 
 use super::connection::ConnectionSettings;
+pub use super::redirect::Redirect;
+use super::redirect::RedirectHook;
 use super::shard::Shard;
 use super::topology::{self, Topology};
 use super::{BackendError, BackendRequest, Reply, ReplyTo, Routed};
@@ -42,38 +44,6 @@ const REFRESH_GAP: Duration = Duration::from_millis(50);
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// A slot no known master serves.
 const UNOWNED: u16 = u16::MAX;
-
-/// What a cluster error reply asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Redirect {
-    /// The slot lives on `addr` now: refresh the map, re-send there.
-    Moved { slot: u16, addr: String },
-    /// The slot is migrating to `addr`: `ASKING` + the request there, once.
-    Ask { addr: String },
-    /// A multi-key request during a migration, or the cluster is down:
-    /// retry shortly.
-    Retry,
-}
-
-impl Redirect {
-    /// Recognise `MOVED 3999 127.0.0.1:6381`, `ASK 3999 …`, `TRYAGAIN …`,
-    /// `CLUSTERDOWN …`.
-    pub fn parse(e: &[u8]) -> Option<Redirect> {
-        if e.starts_with(b"TRYAGAIN") || e.starts_with(b"CLUSTERDOWN") {
-            return Some(Redirect::Retry);
-        }
-        let text = std::str::from_utf8(e).ok()?;
-        let mut words = text.split(' ');
-        let kind = words.next()?;
-        let slot: u16 = words.next()?.parse().ok()?;
-        let addr = words.next()?.to_string();
-        match kind {
-            "MOVED" => Some(Redirect::Moved { slot, addr }),
-            "ASK" => Some(Redirect::Ask { addr }),
-            _ => None,
-        }
-    }
-}
 
 /// One cluster: the nodes it has had and which of them serves each slot.
 #[derive(Debug)]
@@ -138,7 +108,7 @@ impl NodeStarter {
             self.connections,
             self.queue_depth,
             self.metrics.shard(memshift_shadow::Backend::Redis, addr),
-            Some(cluster.clone()),
+            Some(cluster.clone() as Weak<dyn RedirectHook>),
         ))
     }
 }
@@ -161,6 +131,7 @@ impl Cluster {
                 timeout: Duration::from_millis(redis.timeout_ms),
                 connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
                 tls: None,
+                primary: None,
             },
             tls: crate::tls::RedisTls::from_config(redis).map_err(|e| e.to_string())?,
             connections: redis.connections_per_shard,
@@ -536,6 +507,16 @@ async fn ask(node: &Shard, cmd: &[&[u8]]) -> Option<Frame> {
     match rx.recv().await?.result {
         Ok(Reply::Redis(frame)) => Some(frame),
         _ => None,
+    }
+}
+
+impl RedirectHook for Cluster {
+    fn forward(&self, redirect: Redirect, caller: Routed, bytes: Bytes, from: &str) {
+        Cluster::forward(self, redirect, caller, bytes, from);
+    }
+
+    fn node_down(&self) {
+        Cluster::node_down(self);
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use memshift_protocol::resp::{encode_command, Frame, ReplyParser};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::primary::Primary;
+use super::redirect::{Hook, Redirect};
 use super::{scripts, Routed};
 use crate::metrics::{ErrorKind, ShardMetrics};
 use crate::tls::ShardTls;
@@ -33,9 +36,40 @@ pub struct ConnectionSettings {
     /// `redis.tls`: the client config and the name the shard's certificate
     /// must carry; `None` is plaintext.
     pub tls: Option<ShardTls>,
+    /// A Sentinel master: connections go to its current primary (`addr`
+    /// is empty), and a connect confirms the `ROLE` is master.
+    pub primary: Option<Arc<Primary>>,
 }
 
 impl ConnectionSettings {
+    /// Where a connection goes now: the current primary, else `addr`.
+    pub fn target(&self) -> Arc<str> {
+        match &self.primary {
+            Some(p) => p.current(),
+            None => Arc::from(self.addr.as_str()),
+        }
+    }
+
+    /// The shard in logs: its master name, else its address.
+    pub fn label(&self) -> &str {
+        match &self.primary {
+            Some(p) => p.master(),
+            None => &self.addr,
+        }
+    }
+
+    /// Resolves once a connection to `target` is one to the wrong server
+    /// (the master's primary moved); never for a fixed address.
+    pub fn moved_from(&self, target: Arc<str>) -> impl std::future::Future<Output = ()> + Send {
+        let primary = self.primary.clone();
+        async move {
+            match primary {
+                Some(p) => p.moved_from(&target).await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
     pub(super) fn engine(&self) -> memshift_pipeline::Settings {
         memshift_pipeline::Settings {
             timeout: self.timeout,
@@ -49,7 +83,9 @@ pub(super) struct RedisConnector {
     pub settings: ConnectionSettings,
     pub metrics: ShardMetrics,
     /// Cluster mode: where redirected requests go.
-    pub cluster: Option<std::sync::Weak<super::cluster::Cluster>>,
+    pub cluster: Hook,
+    /// Where the last connect attempt went (a Sentinel primary may move).
+    pub last_target: Mutex<Arc<str>>,
 }
 
 impl Connector for RedisConnector {
@@ -57,54 +93,22 @@ impl Connector for RedisConnector {
     type Reader = ShardReader;
     type Writer = ShardWriter;
 
-    /// Open, authenticate and load the scripts.
+    /// Open, authenticate and load the scripts. A Sentinel primary that
+    /// moves meanwhile (a handshake stuck on a paused primary) ends the
+    /// attempt at once: the next one goes to the new primary.
     async fn connect(&self) -> Result<(ShardReader, ShardWriter), ConnectError> {
-        let settings = &self.settings;
-        let mut stream = open_stream(settings).await?;
-        let mut out = BytesMut::new();
-        let mut expected = 0usize;
-        if let Some(password) = &settings.password {
-            match &settings.username {
-                Some(user) => {
-                    encode_command(&mut out, &[b"AUTH", user.as_bytes(), password.as_bytes()])
-                }
-                None => encode_command(&mut out, &[b"AUTH", password.as_bytes()]),
+        let target = self.settings.target();
+        *self
+            .last_target
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = target.clone();
+        tokio::select! {
+            connected = self.handshake(&target) => connected,
+            () = self.settings.moved_from(target.clone()) => {
+                Err(ConnectError::Handshake(format!("{target}: the primary moved (Sentinel)")))
             }
-            expected += 1;
-        }
-        expected += load_scripts(&mut out);
-        stream.write_all(&out).await.map_err(ConnectError::Write)?;
-        stream.flush().await.map_err(ConnectError::Write)?;
-        let mut parser = ReplyParser::new();
-        let mut buf = BytesMut::with_capacity(4096);
-        let mut answered = 0;
-        let mut refused = None;
-        while answered < expected {
-            match parser.parse(&mut buf) {
-                Ok(Some(frame)) => {
-                    answered += 1;
-                    if let (Frame::Error(e), None) = (frame, &refused) {
-                        refused = Some(String::from_utf8_lossy(&e).into_owned());
-                    }
-                }
-                Ok(None) => {
-                    let n = stream
-                        .read_buf(&mut buf)
-                        .await
-                        .map_err(ConnectError::Read)?;
-                    if n == 0 {
-                        return Err(ConnectError::Closed);
-                    }
-                }
-                Err(e) => return Err(ConnectError::Handshake(e.to_string())),
-            }
-        }
-        match refused {
-            Some(e) => Err(ConnectError::Handshake(e)),
-            None => Ok(stream.into_split()),
         }
     }
-
     fn codec(&self) -> RedisCodec {
         RedisCodec {
             parser: ReplyParser::new(),
@@ -115,12 +119,26 @@ impl Connector for RedisConnector {
         }
     }
 
+    fn moved(&self) -> impl std::future::Future<Output = ()> + Send {
+        let target = self
+            .last_target
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.settings.moved_from(target)
+    }
+
     fn event(&self, event: Event<'_>) {
-        let addr = &self.settings.addr;
+        let addr = self.settings.label();
         match event {
             Event::Connected { .. } => {
                 self.metrics.set_up(true);
-                tracing::info!(shard = %addr, "redis shard connected");
+                let target = self
+                    .last_target
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                tracing::info!(shard = %addr, addr = %target, "redis shard connected");
             }
             Event::Unreachable { why, first } => {
                 self.cluster_node_down();
@@ -151,6 +169,68 @@ impl Connector for RedisConnector {
 }
 
 impl RedisConnector {
+    /// Connect to `target`, authenticate, load the scripts, and check a
+    /// Sentinel primary's `ROLE`.
+    async fn handshake(&self, target: &str) -> Result<(ShardReader, ShardWriter), ConnectError> {
+        let settings = &self.settings;
+        let mut stream = open_stream(settings, target).await?;
+        let mut out = BytesMut::new();
+        let mut expected = 0usize;
+        if let Some(password) = &settings.password {
+            match &settings.username {
+                Some(user) => {
+                    encode_command(&mut out, &[b"AUTH", user.as_bytes(), password.as_bytes()])
+                }
+                None => encode_command(&mut out, &[b"AUTH", password.as_bytes()]),
+            }
+            expected += 1;
+        }
+        expected += load_scripts(&mut out);
+        // Last, so its reply is the last one read: never serve a replica.
+        if settings.primary.is_some() {
+            encode_command(&mut out, &[b"ROLE"]);
+            expected += 1;
+        }
+        stream.write_all(&out).await.map_err(ConnectError::Write)?;
+        stream.flush().await.map_err(ConnectError::Write)?;
+        let mut parser = ReplyParser::new();
+        let mut buf = BytesMut::with_capacity(4096);
+        let mut answered = 0;
+        let mut refused = None;
+        let mut last = None;
+        while answered < expected {
+            match parser.parse(&mut buf) {
+                Ok(Some(frame)) => {
+                    answered += 1;
+                    if let (Frame::Error(e), None) = (&frame, &refused) {
+                        refused = Some(String::from_utf8_lossy(e).into_owned());
+                    }
+                    last = Some(frame);
+                }
+                Ok(None) => {
+                    let n = stream
+                        .read_buf(&mut buf)
+                        .await
+                        .map_err(ConnectError::Read)?;
+                    if n == 0 {
+                        return Err(ConnectError::Closed);
+                    }
+                }
+                Err(e) => return Err(ConnectError::Handshake(e.to_string())),
+            }
+        }
+        if let Some(e) = refused {
+            return Err(ConnectError::Handshake(e));
+        }
+        if settings.primary.is_some() && !last.as_ref().is_some_and(is_master_role) {
+            // Sentinel has not switched yet (or we asked too early): the
+            // address is re-read from the sentinels within a second.
+            return Err(ConnectError::Handshake(format!(
+                "{target} is not a primary (ROLE); waiting for Sentinel's switch"
+            )));
+        }
+        Ok(stream.into_split())
+    }
     /// Cluster mode: a node's connection failed; it may have failed over,
     /// so the map is read again soon (not only at the next period).
     fn cluster_node_down(&self) {
@@ -160,12 +240,18 @@ impl RedisConnector {
     }
 }
 
-/// A connected socket to the shard (TLS handshake done, nothing sent).
+/// `ROLE`'s reply names a master: `*3 $6 master …`.
+fn is_master_role(frame: &Frame) -> bool {
+    matches!(frame, Frame::Array(items) if matches!(items.first(), Some(Frame::Bulk(r)) if &r[..] == b"master"))
+}
+
+/// A connected socket to the shard at `addr` (TLS handshake done, nothing sent).
 pub(crate) async fn open_stream(
     settings: &ConnectionSettings,
+    addr: &str,
 ) -> Result<ShardStream, ConnectError> {
     // `"unix:/path"`: a Redis on this host (`unixsocket` in redis.conf).
-    let stream = BackendAddr::parse(&settings.addr).connect().await?;
+    let stream = BackendAddr::parse(addr).connect().await?;
     Ok(match (&settings.tls, stream) {
         (None, stream) => ShardStream::Plain(stream),
         (Some(tls), transport::Stream::Tcp(tcp)) => ShardStream::Tls(Box::new(
@@ -195,7 +281,7 @@ fn load_scripts(out: &mut BytesMut) -> usize {
 pub(super) struct RedisCodec {
     parser: ReplyParser,
     metrics: ShardMetrics,
-    cluster: Option<std::sync::Weak<super::cluster::Cluster>>,
+    cluster: Hook,
     /// This connection's node, for retries on it.
     addr: String,
     /// The front request's `ASKING` reply was dropped already.
@@ -240,7 +326,7 @@ impl Codec for RedisCodec {
 
     fn deliver_request(&mut self, caller: Routed, frame: Frame, bytes: &Bytes) -> Delivery<Routed> {
         if let (Frame::Error(e), Some(cluster)) = (&frame, &self.cluster) {
-            if let Some(redirect) = super::cluster::Redirect::parse(e) {
+            if let Some(redirect) = Redirect::parse(e) {
                 match cluster.upgrade() {
                     Some(cluster) => cluster.forward(redirect, caller, bytes.clone(), &self.addr),
                     None => caller.reply.send(Err(BackendError::Unavailable)),

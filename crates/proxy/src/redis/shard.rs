@@ -34,7 +34,7 @@ pub struct Shard {
 
 /// Aborts the task when dropped (the shard's invalidation listener).
 #[derive(Debug)]
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -50,7 +50,7 @@ impl Shard {
         connections: usize,
         queue_depth: usize,
         metrics: ShardMetrics,
-        cluster: Option<std::sync::Weak<super::cluster::Cluster>>,
+        cluster: super::redirect::Hook,
     ) -> Shard {
         let conns = (0..connections.max(1))
             .map(|_| {
@@ -58,6 +58,7 @@ impl Shard {
                     settings: settings.clone(),
                     metrics: metrics.clone(),
                     cluster: cluster.clone(),
+                    last_target: Default::default(),
                 };
                 Pipeline::start(connector, settings.engine(), queue_depth)
             })
@@ -144,6 +145,28 @@ impl Shard {
 
     pub fn addr(&self) -> &str {
         &self.settings.addr
+    }
+
+    /// A Sentinel-managed shard's primary.
+    pub fn primary(&self) -> Option<&std::sync::Arc<super::primary::Primary>> {
+        self.settings.primary.as_ref()
+    }
+
+    /// Sentinel switched the shard's primary to `addr`: returns the old
+    /// address if it changed. The shard's near-cache entries are dropped,
+    /// and nothing fills again until its invalidation connection tracks
+    /// the new primary, *before* the address is published: a write the old
+    /// primary acknowledged and the failover lost does not live on here.
+    /// Connections to the old address close when it is published.
+    pub fn follow_primary(&self, addr: &str) -> Option<std::sync::Arc<str>> {
+        let primary = self.settings.primary.as_ref()?;
+        if *primary.current() == *addr {
+            return None;
+        }
+        if let Some(tracking) = &self.tracking {
+            tracking.lost();
+        }
+        primary.set(addr)
     }
 
     pub fn connection_count(&self) -> usize {

@@ -178,7 +178,11 @@ trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
 /// One command on a fresh blocking connection (after `AUTH` when set).
-fn query(addr: &str, settings: &ConnectionSettings, cmd: &[&[u8]]) -> Result<Frame, String> {
+pub(super) fn query(
+    addr: &str,
+    settings: &ConnectionSettings,
+    cmd: &[&[u8]],
+) -> Result<Frame, String> {
     let sock = addr
         .to_socket_addrs()
         .map_err(|e| e.to_string())?

@@ -62,10 +62,15 @@ pub async fn listen(
             near.metrics.near_cache.invalidation(true);
         }
         if !logged {
-            tracing::warn!(shard = %settings.addr, reason = %why, "near cache: invalidation connection lost; shard not cached until it is back");
+            tracing::warn!(shard = %settings.label(), reason = %why, "near cache: invalidation connection lost; shard not cached until it is back");
             logged = true;
         }
-        tokio::time::sleep(retry).await;
+        // A Sentinel switch ends the wait: the new primary is tracked at once.
+        let target = settings.target();
+        tokio::select! {
+            () = tokio::time::sleep(retry) => {}
+            () = settings.moved_from(target) => retry = RETRY_MIN,
+        }
         retry = (retry * 2).min(RETRY_MAX);
     }
 }
@@ -117,7 +122,14 @@ async fn run(
     awaiting: &mut VecDeque<Option<ReplyTo>>,
     metrics: &ShardMetrics,
 ) -> String {
-    let stream = match tokio::time::timeout(settings.connect_timeout, open_stream(settings)).await {
+    // Sentinel shards: the primary this connection tracks; when it moves,
+    // the connection ends (and `listen` marks the shard untracked) before
+    // any read of the new primary may fill the cache.
+    let target = settings.target();
+    let moved = settings.moved_from(target.clone());
+    tokio::pin!(moved);
+    let connect = open_stream(settings, &target);
+    let stream = match tokio::time::timeout(settings.connect_timeout, connect).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return e.to_string(),
         Err(_) => return "connect timeout".into(),
@@ -169,8 +181,14 @@ async fn run(
                     handshake += 1;
                     if handshake == 2 {
                         tracking.tracking_again();
+                        // Checked after: a switch published meanwhile (its
+                        // watcher marked the shard untracked first) is
+                        // undone by `listen` before this task waits again.
+                        if *settings.target() != *target {
+                            return "the primary moved (Sentinel)".into();
+                        }
                         *tracked = true;
-                        tracing::info!(shard = %settings.addr, "near cache: invalidation connection tracking");
+                        tracing::info!(shard = %settings.label(), addr = %target, "near cache: invalidation connection tracking");
                     }
                 }
                 frame => match awaiting.pop_front() {
@@ -192,6 +210,7 @@ async fn run(
         }
         let writes_open = *tracked && writes.is_some();
         tokio::select! {
+            () = &mut moved => return "the primary moved (Sentinel)".into(),
             read = rd.read_buf(&mut buf) => match read {
                 Ok(0) => return "closed by the shard".into(),
                 Ok(_) => {}

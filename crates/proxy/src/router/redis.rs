@@ -17,7 +17,9 @@ use crate::metrics::Metrics;
 use crate::read_errors::ReadErrors;
 use crate::redis::cluster::Cluster;
 use crate::redis::connection::ConnectionSettings;
-use crate::redis::shard::Shard;
+use crate::redis::primary::Primary;
+use crate::redis::sentinel;
+use crate::redis::shard::{AbortOnDrop, Shard};
 use crate::redis::{BackendError, BackendReply, BackendRequest, Reply, ReplyTo};
 use crate::router::Access;
 
@@ -158,6 +160,9 @@ pub struct RedisBackends {
     pub request_timeout: Duration,
     /// `redis.read_errors_as_misses` and its per-shard tallies.
     pub read_errors: ReadErrors,
+    /// Sentinel-managed shards: the task following their primaries, for
+    /// as long as this generation lives.
+    _sentinel: Option<AbortOnDrop>,
 }
 
 impl RedisBackends {
@@ -177,10 +182,20 @@ impl RedisBackends {
                 shards: cluster.shards.clone(),
                 placement: Placement::Cluster(cluster),
                 request_timeout: Duration::from_millis(redis.timeout_ms),
+                _sentinel: None,
             });
         }
         let placement = Placement::Ring(RingPlacement::new(config)?);
         let redis_tls = crate::tls::RedisTls::from_config(redis)?;
+        let sentinel_settings = ConnectionSettings {
+            addr: String::new(),
+            username: redis.sentinel_username.clone(),
+            password: redis.sentinel_password.clone(),
+            timeout: Duration::from_millis(redis.timeout_ms),
+            connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
+            tls: redis_tls.as_ref().map(|t| t.for_shard("")),
+            primary: None,
+        };
         let shards: Vec<Arc<Shard>> = redis
             .shards
             .iter()
@@ -192,6 +207,9 @@ impl RedisBackends {
                     timeout: Duration::from_millis(redis.timeout_ms),
                     connect_timeout: Duration::from_millis(redis.connect_timeout_ms),
                     tls: redis_tls.as_ref().map(|t| t.for_shard(&s.addr)),
+                    // Its address comes from the sentinels, below (unless
+                    // the shard is kept, with its own).
+                    primary: s.master.as_deref().map(|m| Arc::new(Primary::new(m, ""))),
                 };
                 let reusable = previous.and_then(|p| {
                     p.shards.iter().find(|old| {
@@ -200,24 +218,41 @@ impl RedisBackends {
                             && old.connection_count() == redis.connections_per_shard.max(1)
                     })
                 });
-                match reusable {
-                    Some(old) => old.clone(),
-                    None => Arc::new(Shard::start(
-                        s.id().to_string(),
-                        settings,
-                        redis.connections_per_shard,
-                        redis.max_inflight_per_connection,
-                        metrics.shard(memshift_shadow::Backend::Redis, s.id()),
-                        None,
-                    )),
+                if let Some(old) = reusable {
+                    return Ok(old.clone());
                 }
+                if let Some(primary) = &settings.primary {
+                    let addr =
+                        sentinel::discover(primary.master(), &redis.sentinels, &sentinel_settings)
+                            .map_err(ProxyError::Other)?;
+                    primary.set(&addr);
+                }
+                Ok(Arc::new(Shard::start(
+                    s.id().to_string(),
+                    settings,
+                    redis.connections_per_shard,
+                    redis.max_inflight_per_connection,
+                    metrics.shard(memshift_shadow::Backend::Redis, s.id()),
+                    None,
+                )))
+            })
+            .collect::<Result<_, ProxyError>>()?;
+        let followed: Vec<sentinel::Followed> = shards
+            .iter()
+            .filter(|s| s.primary().is_some())
+            .map(|s| sentinel::Followed {
+                shard: s.clone(),
+                metrics: metrics.primary(&s.id),
             })
             .collect();
+        let watcher = (!followed.is_empty())
+            .then(|| sentinel::spawn(redis.sentinels.clone(), sentinel_settings, followed));
         let backends = RedisBackends {
             read_errors: ReadErrors::new(redis.read_errors_as_misses, &shards, metrics),
             placement,
             shards,
             request_timeout: Duration::from_millis(redis.timeout_ms),
+            _sentinel: watcher,
         };
         // Shards kept from the previous generation may be down right now:
         // under the eject policy they stay out of the ring.

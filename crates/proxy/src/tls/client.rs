@@ -220,6 +220,7 @@ mod tests {
                 addr: "127.0.0.1:6379".into(),
                 weight: 1,
                 name: None,
+                master: None,
             }],
             tls: true,
             tls_ca: Some(write(dir, "ca.pem", &ca.issuer.pem())),

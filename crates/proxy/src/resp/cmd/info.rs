@@ -161,13 +161,16 @@ impl RespSession {
                 "cluster" => write!(text, "cluster_enabled:0\r\n"),
                 "memshift" => {
                     let shards = &routes.redis().shards;
-                    write!(
+                    let written = write!(
                         text,
                         "migration_phase:{}\r\nredis_shards:{}\r\nredis_shards_up:{}\r\n",
                         routes.migration().phase.as_str(),
                         shards.len(),
                         shards.iter().filter(|s| s.is_up()).count(),
-                    )
+                    );
+                    // Sentinel-managed shards: each one's current primary.
+                    crate::redis::sentinel::render_info(shards, &mut text);
+                    written
                 }
                 // Modules, commandstats, errorstats, latencystats: none
                 // kept (per-command counts are in memshift's metrics).

@@ -57,6 +57,7 @@ fn stats_group(group: StatsGroup, proxy: &Proxy) -> Op {
                 if let Some(near) = crate::near_cache::get() {
                     near.metrics.near_cache.render_stats(out);
                 }
+                crate::redis::sentinel::render_stats(&proxy.router.load().redis().shards, out);
             });
             Op::ReadyBytes(out.freeze())
         }
