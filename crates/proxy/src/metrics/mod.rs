@@ -59,6 +59,8 @@ pub struct Metrics {
     client_connections_total: Counter,
     rejected_connections: Counter,
     slow_consumers: Counter,
+    dedicated_in_use: Gauge,
+    dedicated_refused: Counter,
     drain_aborted: Counter,
     /// `[backend][result]`
     shadow_writes: [[Counter; ShadowResult::LABELS.len()]; Backend::ALL.len()],
@@ -121,6 +123,8 @@ impl Metrics {
             client_connections_total: counter(r, CLIENT_CONNECTIONS_TOTAL, &[]),
             rejected_connections: counter(r, REJECTED_CONNECTIONS, &[]),
             slow_consumers: counter(r, SLOW_CONSUMERS, &[]),
+            dedicated_in_use: gauge(r, DEDICATED_CONNECTIONS, &[]),
+            dedicated_refused: counter(r, DEDICATED_REFUSED, &[]),
             drain_aborted: counter(r, DRAIN_ABORTED, &[]),
             shadow_writes: Backend::ALL.map(|b| {
                 ShadowResult::LABELS.map(|result| {
@@ -186,6 +190,11 @@ impl Metrics {
             c.increment(1);
             self.durations.record(command, seconds);
         }
+    }
+
+    /// Handles for `redis::dedicated`: connections in use, refusals.
+    pub fn dedicated_handles(&self) -> (Gauge, Counter) {
+        (self.dedicated_in_use.clone(), self.dedicated_refused.clone())
     }
 
     #[inline]

@@ -72,6 +72,9 @@ pub struct RespSession {
     /// read, then close.
     closing: bool,
     read_closed: bool,
+    /// MULTI/WATCH state and the request held on a connection of the
+    /// session's own (`cmd::transaction`, `cmd::hold`).
+    txn: cmd::TxnState,
 }
 
 impl RespSession {
@@ -104,6 +107,7 @@ impl RespSession {
             cas: CasGenerator::new(seed),
             closing: false,
             read_closed: false,
+            txn: cmd::TxnState::default(),
         }
     }
 
@@ -116,6 +120,7 @@ impl RespSession {
         let mut shutdown = self.proxy.shutdown.clone();
         let mut last_input = Instant::now();
         loop {
+            self.hold_tick(); // EXEC, WATCH, blocking calls (cmd::hold)
             self.flush_ready();
             if self.closing && self.pending.is_empty() && self.wbuf.is_empty() {
                 let _ = wr.shutdown().await;
@@ -127,7 +132,8 @@ impl RespSession {
             }
             let reading = !self.closing
                 && self.pending.len() < MAX_PENDING
-                && self.wbuf.len() < MAX_OUTPUT_BYTES;
+                && self.wbuf.len() < MAX_OUTPUT_BYTES
+                && !(self.txn.held() && self.rbuf.len() >= cmd::HELD_INPUT_LIMIT);
             if reading && self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 self.rbuf.reserve(READ_CHUNK);
             }
@@ -198,7 +204,8 @@ impl RespSession {
         };
         drop(settings);
         self.request_timeout = self.proxy.router.load().redis().request_timeout;
-        while !self.closing && self.pending.len() < MAX_PENDING {
+        // A held request (cmd::hold) stops dispatch until it is answered.
+        while !self.closing && self.pending.len() < MAX_PENDING && !self.txn.held() {
             match self.parser.parse(&self.rbuf, &limits) {
                 Ok(None) => {
                     // Redis' client-query-buffer-limit: close, no reply.

@@ -13,7 +13,7 @@ use crate::redis::{BackendError, Reply};
 type Part = Option<Result<Frame, BackendError>>;
 
 /// How a finished request is written.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) enum Render {
     /// The reply, encoded.
     Ready(Bytes),
@@ -50,6 +50,9 @@ pub(super) enum Render {
     /// COMMAND / COMMAND INFO from a shard, narrowed to what memshift
     /// serves (entries of other commands are dropped or nil).
     CommandTable { info: bool },
+    /// EXEC: the array's elements rendered as each queued command's reply
+    /// (`cmd::transaction`); a nil (WATCH) or an error as it came.
+    Exec(Vec<Render>),
 }
 
 #[derive(Debug)]
@@ -286,6 +289,9 @@ impl Pending {
                         None => out::simple(buf, b"OK"),
                     },
                 }
+            }
+            (Render::Exec(renders), Some(Frame::Array(items))) if items.len() == renders.len() => {
+                super::cmd::render_exec(buf, renders, items, v)
             }
             (Render::CommandTable { info }, Some(Frame::Array(entries))) => {
                 command_table(buf, entries, *info, v)

@@ -16,6 +16,7 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::redis::cluster::Cluster;
 use crate::redis::connection::ConnectionSettings;
+use crate::redis::dedicated::DedicatedLimit;
 use crate::redis::shard::Shard;
 use crate::redis::{BackendError, BackendReply, BackendRequest, Reply, ReplyTo};
 use crate::router::Access;
@@ -155,6 +156,9 @@ pub struct RedisBackends {
     pub shards: Vec<Arc<Shard>>,
     /// Per-request deadline (`redis.timeout_ms`).
     pub request_timeout: Duration,
+    /// RESP sessions' held connections (`redis.max_dedicated_connections`);
+    /// kept across reloads while the bound is unchanged.
+    pub dedicated: Arc<DedicatedLimit>,
 }
 
 impl RedisBackends {
@@ -167,12 +171,24 @@ impl RedisBackends {
         metrics: &Metrics,
     ) -> Result<RedisBackends, ProxyError> {
         let redis = &config.redis;
+        let dedicated = previous
+            .map(|p| p.dedicated.clone())
+            .filter(|d| d.max == redis.max_dedicated_connections)
+            .unwrap_or_else(|| {
+                let (in_use, refused) = metrics.dedicated_handles();
+                Arc::new(DedicatedLimit::new(
+                    redis.max_dedicated_connections,
+                    in_use,
+                    refused,
+                ))
+            });
         if redis.mode == RedisMode::Cluster {
             let cluster = Cluster::start(config, metrics).map_err(ProxyError::Other)?;
             return Ok(RedisBackends {
                 shards: cluster.shards.clone(),
                 placement: Placement::Cluster(cluster),
                 request_timeout: Duration::from_millis(redis.timeout_ms),
+                dedicated,
             });
         }
         let placement = Placement::Ring(RingPlacement::new(config)?);
@@ -213,6 +229,7 @@ impl RedisBackends {
             placement,
             shards,
             request_timeout: Duration::from_millis(redis.timeout_ms),
+            dedicated,
         };
         // Shards kept from the previous generation may be down right now:
         // under the eject policy they stay out of the ring.
@@ -261,6 +278,15 @@ impl RedisBackends {
         match self.shards.get(shard) {
             Some(s) => s.send(lane, BackendRequest { cmd, reply }),
             None => reply.send(Err(BackendError::Unavailable)),
+        }
+    }
+
+    /// The shard (cluster node) behind index `shard`, for a connection of
+    /// a session's own (`redis::dedicated`).
+    pub fn shard_at(&self, shard: usize) -> Option<Arc<Shard>> {
+        match &self.placement {
+            Placement::Cluster(cluster) => cluster.node_at(shard),
+            Placement::Ring(_) => self.shards.get(shard).cloned(),
         }
     }
 

@@ -8,20 +8,28 @@
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
 //! * `near`: GET/MGET through the near cache, and what writes do to it.
 //! * `refused`: what memshift cannot serve over a ring of shards, and why.
+//! * `transaction`: MULTI/EXEC/DISCARD/WATCH/UNWATCH on one shard.
+//! * `blocking`: BLPOP & co. on a connection held for the call.
+//! * `hold`: ordering around requests answered on a held connection.
 
+mod blocking;
 mod connection;
+mod hold;
 mod multi;
 mod near;
 mod refused;
 mod relay;
 mod server;
 mod strings;
+mod transaction;
 
 use bytes::Bytes;
 use memshift_protocol::resp::reply::Shape;
 use memshift_protocol::resp::CommandWriter;
 
+pub(super) use hold::HELD_INPUT_LIMIT;
 pub(super) use near::near_before_reply;
+pub(super) use transaction::{render_exec, TxnState};
 
 use super::pending::{NearAfter, Render};
 use super::RespSession;
@@ -43,6 +51,10 @@ enum Family {
     /// EVAL/EVALSHA: the key in `args[3]` (exactly one key).
     Script,
     Multi,
+    /// MULTI EXEC DISCARD WATCH UNWATCH (`transaction`).
+    Transaction,
+    /// BLPOP & co. (`blocking`).
+    Blocking,
     Refused(&'static str),
 }
 
@@ -93,6 +105,9 @@ fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
             (Relay(Shape::Plain), "keys")
         }
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" => (Script, "scripts"),
+        b"MULTI" | b"EXEC" | b"DISCARD" | b"WATCH" | b"UNWATCH" => (Transaction, "transactions"),
+        b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" => (Blocking, "lists"),
+        b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" => (Blocking, "zsets"),
         other => (Refused(refused::reason(other)?), "refused"),
     })
 }
@@ -222,6 +237,19 @@ pub(super) const SERVED: &[&str] = &[
     "evalsha",
     "eval_ro",
     "evalsha_ro",
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
+    "blpop",
+    "brpop",
+    "blmove",
+    "brpoplpush",
+    "blmpop",
+    "bzpopmin",
+    "bzpopmax",
+    "bzmpop",
 ];
 
 fn upper<'a>(name: &[u8], buf: &'a mut [u8; MAX_NAME]) -> Option<&'a [u8]> {
@@ -242,6 +270,14 @@ impl RespSession {
     /// Answer or send the request in `self.args` (`raw`: its bytes, when
     /// they can go to Redis as they came).
     pub(super) fn dispatch(&mut self, raw: Option<Bytes>) {
+        // Between MULTI and EXEC (`transaction`): queued, not sent.
+        if self.queueing() {
+            return self.queue_command(raw);
+        }
+        self.dispatch_now(raw)
+    }
+
+    fn dispatch_now(&mut self, raw: Option<Bytes>) {
         let mut buf = [0u8; MAX_NAME];
         let Some(found) = upper(&self.args[0], &mut buf).and_then(lookup) else {
             return self.unknown_command();
@@ -258,6 +294,8 @@ impl RespSession {
             Family::Relay(shape) => self.relay(upper, shape, raw, 1),
             Family::Script => self.script(raw),
             Family::Multi => self.multi(upper, raw),
+            Family::Transaction => self.transaction(upper),
+            Family::Blocking => self.blocking(upper, raw),
             Family::Refused(why) => self.refuse(why),
         }
     }
@@ -330,6 +368,10 @@ impl RespSession {
         if let (Some(hash), Some(p)) = (written, self.pending.back_mut()) {
             p.near = NearAfter::Written(hash);
         }
+        // Inside MULTI (`transaction`): queued for EXEC, not sent.
+        let Some(cmd) = self.captured(shard, || routes.redis().cluster_slot(key), cmd) else {
+            return;
+        };
         routes
             .redis()
             .send(shard, self.lane, cmd, self.reply_to(seq, 0));

@@ -4,7 +4,6 @@
 
 const CROSS_SHARD: &str =
     "its keys may live on different shards (memshift spreads keys over a ring of Redis servers)";
-const TRANSACTION: &str = "transactions cannot span the shards of a ring";
 const BLOCKING: &str = "blocking commands would hold a shared backend connection";
 const PUBSUB: &str = "pub/sub is not proxied (connect to a Redis server directly)";
 const KEYSPACE: &str = "walking the keyspace of every shard is not proxied";
@@ -15,9 +14,7 @@ const TRACKING: &str = "client-side caching is not proxied";
 
 pub(super) fn reason(upper: &[u8]) -> Option<&'static str> {
     Some(match upper {
-        b"MULTI" | b"EXEC" | b"DISCARD" | b"WATCH" | b"UNWATCH" => TRANSACTION,
-        b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
-        | b"BZMPOP" | b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
+        b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
         b"SUBSCRIBE" | b"UNSUBSCRIBE" | b"PSUBSCRIBE" | b"PUNSUBSCRIBE" | b"SSUBSCRIBE"
         | b"SUNSUBSCRIBE" | b"PUBLISH" | b"SPUBLISH" | b"PUBSUB" => PUBSUB,
         b"SCAN" | b"KEYS" | b"RANDOMKEY" => KEYSPACE,
