@@ -8,3 +8,4 @@ mod cross_protocol;
 mod hostile;
 mod near_cache;
 mod refused;
+mod transactions;

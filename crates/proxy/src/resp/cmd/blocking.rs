@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use memshift_protocol::resp::request::string2ll;
+use memshift_protocol::resp::reply::Shape;
 use memshift_protocol::resp::Frame;
 
 use super::super::pending::Render;
@@ -38,10 +39,20 @@ impl RespSession {
             },
             _ => return self.arity_error(),
         };
-        self.block_on_keys(keys, timeout_at, raw);
+        let shape = match upper {
+            b"BZPOPMIN" | b"BZPOPMAX" => Shape::KeyMemberScore,
+            _ => Shape::Plain,
+        };
+        self.block_on_keys(keys, timeout_at, raw, shape);
     }
 
-    fn block_on_keys(&mut self, keys: Range<usize>, timeout_at: usize, raw: Option<Bytes>) {
+    fn block_on_keys(
+        &mut self,
+        keys: Range<usize>,
+        timeout_at: usize,
+        raw: Option<Bytes>,
+        shape: Shape,
+    ) {
         let Some(target) = self.keys_target(keys) else {
             return;
         };
@@ -55,7 +66,7 @@ impl RespSession {
         let cmd = raw.unwrap_or_else(|| self.encode_args());
         // Inside MULTI: queued; the shard runs it without blocking (nil
         // when empty), as Redis does.
-        let seq = self.push_waiting(Render::Relay(Default::default()), 1);
+        let seq = self.push_waiting(Render::Relay(shape), 1);
         let Some(cmd) = self.captured(target.shard, || target.slot, cmd) else {
             return;
         };

@@ -1,0 +1,232 @@
+//! Transactions on one shard and blocking pops (docs/resp.md,
+//! "Transactions", "Blocking pops"): redis-py and redis-cli through
+//! memshift (3 shards, hash tag "{}") against one plain Redis; a
+//! transaction across shards refused with nothing applied; the bound on
+//! held connections, and a client leaving mid-BLPOP; the near cache after a
+//! transaction; one slot of a real Redis Cluster.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use memshift_tests::ops_support::{metric, wait_until};
+use memshift_tests::resp_proxy::start_resp_memshift;
+use memshift_tests::{
+    redis_py_python, require_tools, run_with_timeout, Memshift, RedisClient, RedisServer, Resp,
+};
+
+const SCRIPT: &str = include_str!("transactions.py");
+const IN_USE: &str = "memshift_redis_dedicated_connections";
+
+/// memshift over 3 fresh shards with hash tags on; returns it, the shards,
+/// its RESP port and its admin port.
+fn start(redis_extra: &str, extra_tables: &str) -> (Memshift, Vec<RedisServer>, u16, u16) {
+    let shards: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
+    let (memshift, resp, admin) = start_resp_memshift(&addrs, |o| {
+        o.timeout_ms = 2000;
+        o.redis_extra.push_str(redis_extra);
+        o.extra_tables
+            .push_str(&format!("[ring]\nhash_tag = \"{{}}\"\n\n{extra_tables}"));
+    });
+    (memshift, shards, resp, admin)
+}
+
+fn run_script(port: u16, proto: u8, mode: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("transactions.py");
+    std::fs::write(&script, SCRIPT).expect("write script");
+    let mut cmd = Command::new(redis_py_python());
+    cmd.arg(&script)
+        .arg("127.0.0.1")
+        .arg(port.to_string())
+        .arg(proto.to_string())
+        .arg(mode);
+    let out = run_with_timeout(cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success() && out.stdout.contains("TRANSACTIONS DONE"),
+        "transactions.py {mode} on port {port} (RESP{proto}) failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
+}
+
+fn connect(port: u16) -> RedisClient {
+    RedisClient::connect(&format!("127.0.0.1:{port}"), Duration::from_secs(30)).expect("connect")
+}
+
+fn cmd(c: &mut RedisClient, line: &str) -> Resp {
+    let args: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
+    c.cmd(&args).unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+fn bulk(s: &str) -> Resp {
+    Resp::Bulk(Some(s.as_bytes().to_vec()))
+}
+
+fn ok() -> Resp {
+    Resp::Simple("OK".into())
+}
+
+fn queued() -> Resp {
+    Resp::Simple("QUEUED".into())
+}
+
+fn is_error(r: &Resp, prefix: &str) -> bool {
+    matches!(r, Resp::Error(e) if e.starts_with(prefix))
+}
+
+#[test]
+fn redis_py_transactions_and_blocking_pops_match_plain_redis() {
+    if !require_tools(
+        "redis_py_transactions_and_blocking_pops_match_plain_redis",
+        &["python3", "redis-server"],
+    ) {
+        return;
+    }
+    let (memshift, _shards, resp, _) = start("", "");
+    let plain = RedisServer::start();
+    for proto in [2, 3] {
+        let want = run_script(plain.port(), proto, "same");
+        let got = run_script(resp, proto, "same");
+        assert_eq!(
+            got,
+            want,
+            "RESP{proto}: memshift differs from plain Redis\nmemshift stderr:\n{}",
+            memshift.stderr()
+        );
+        assert!(want.contains("WatchError"), "the WATCH conflict ran: {want}");
+    }
+}
+
+#[test]
+fn transaction_across_shards_is_refused_and_applies_nothing() {
+    if !require_tools(
+        "transaction_across_shards_is_refused_and_applies_nothing",
+        &["python3", "redis-server"],
+    ) {
+        return;
+    }
+    let (_memshift, shards, resp, _) = start("", "");
+    let out = run_script(resp, 2, "cross");
+    assert!(out.contains("CROSSSLOT memshift"), "{out}");
+    assert!(out.contains("unchanged: True"), "{out}");
+    assert!(out.contains(&format!("counters: {:?}", ["None"; 12]).replace('"', "")), "{out}");
+    // The keys did span shards.
+    let holding = shards
+        .iter()
+        .filter(|s| connect(s.port()).cmd(&[b"DBSIZE"]).ok().and_then(|r| r.as_int()) > Some(0))
+        .count();
+    assert!(holding >= 2, "the transaction's keys should span shards");
+}
+
+#[test]
+fn redis_cli_multi_exec_matches_plain_redis() {
+    if !require_tools(
+        "redis_cli_multi_exec_matches_plain_redis",
+        &["redis-cli", "redis-server"],
+    ) {
+        return;
+    }
+    let (_memshift, _shards, resp, _) = start("", "");
+    let plain = RedisServer::start();
+    let script = "FLUSHALL\nMULTI\nSET {u}a 1\nINCR {u}a\nGET {u}a\nPING\nEXEC\nEXEC\nDISCARD\n\
+                  MULTI\nMULTI\nSET {u}b\nEXEC\nGET {u}b\nWATCH {u}a\nGET {u}a\nMULTI\n\
+                  WATCH {u}a\nAPPEND {u}a x\nEXEC\nMULTI\nEXEC\n";
+    let run = |port: u16| {
+        let mut child = Command::new("redis-cli")
+            .arg("-p")
+            .arg(port.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn redis-cli");
+        {
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(script.as_bytes()).expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("redis-cli output");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let want = run(plain.port());
+    assert!(want.contains("EXECABORT"), "{want}");
+    assert_eq!(run(resp), want);
+}
+
+#[test]
+fn held_connections_are_bounded_and_released_by_a_client_that_leaves() {
+    if !require_tools(
+        "held_connections_are_bounded_and_released_by_a_client_that_leaves",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    // timeout_ms (2 s) must not cut a longer blocking call short.
+    let (memshift, _shards, resp, admin) = start("max_dedicated_connections = 2\n", "");
+    let in_use = |n: f64| {
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            &format!("{n} dedicated connections in use"),
+            || (metric(admin, IN_USE) == n).then_some(()),
+        )
+    };
+    let mut blocked: Vec<TcpStream> = (0..2)
+        .map(|i| {
+            let mut s = TcpStream::connect(("127.0.0.1", resp)).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            let line = format!("*3\r\n$5\r\nBLPOP\r\n$4\r\n{{q}}{i}\r\n$1\r\n0\r\n");
+            s.write_all(line.as_bytes()).expect("send BLPOP");
+            s
+        })
+        .collect();
+    in_use(2.0);
+    let mut c = connect(resp);
+    // The bound: refused at once, and a transaction is not applied.
+    assert!(is_error(&cmd(&mut c, "BLPOP {q}x 0"), "ERR memshift: every dedicated"));
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "SET {q}t 1"), queued());
+    assert!(is_error(&cmd(&mut c, "EXEC"), "ERR memshift: every dedicated"));
+    assert_eq!(cmd(&mut c, "GET {q}t"), Resp::Bulk(None));
+    // A client that leaves mid-BLPOP frees its connection.
+    drop(blocked.remove(0));
+    in_use(1.0);
+    // A blocking call's own timeout applies, not timeout_ms (2 s here):
+    // 2.5 s of waiting answers nil, not a backend timeout.
+    let t0 = Instant::now();
+    assert_eq!(cmd(&mut c, "BLPOP {q}x 2.5"), Resp::Array(None));
+    assert!(t0.elapsed() >= Duration::from_millis(2400));
+    // The other blocked client is woken by a push.
+    assert_eq!(cmd(&mut c, "RPUSH {q}1 woken"), Resp::Int(1));
+    let want = b"*2\r\n$4\r\n{q}1\r\n$5\r\nwoken\r\n";
+    let mut got = vec![0u8; want.len()];
+    blocked[0].read_exact(&mut got).expect("BLPOP reply");
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+    in_use(0.0);
+    assert!(memshift.stderr().find("panicked").is_none());
+}
+
+#[test]
+fn transaction_writes_reach_near_cache_readers() {
+    if !require_tools("transaction_writes_reach_near_cache_readers", &["redis-server"]) {
+        return;
+    }
+    let (_memshift, _shards, resp, _) = start("", "[near_cache]\nenabled = true\n");
+    let mut c = connect(resp);
+    assert_eq!(cmd(&mut c, "SET {n}k v1"), ok());
+    for _ in 0..4 {
+        assert_eq!(cmd(&mut c, "GET {n}k"), bulk("v1"));
+    }
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "SET {n}k v2"), queued());
+    assert_eq!(cmd(&mut c, "GET {n}k"), queued());
+    assert_eq!(
+        cmd(&mut c, "EXEC"),
+        Resp::Array(Some(vec![ok(), bulk("v2")]))
+    );
+    assert_eq!(cmd(&mut c, "GET {n}k"), bulk("v2"));
+}
