@@ -169,7 +169,7 @@ fn redis_cli_workload_matches_plain_redis() {
 
 /// Build the go-redis workload (`goredis/`, modules from the Go module
 /// proxy on first use, cached under the target dir).
-fn go_redis_workload() -> std::path::PathBuf {
+pub(super) fn go_redis_workload() -> std::path::PathBuf {
     let target = memshift_tests::target_dir().join("go");
     std::fs::create_dir_all(&target).expect("create target/go");
     let bin = target.join("goredis-workload");

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memshift_tests::ops_support::{metric, wait_until};
+use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::resp_proxy::start_resp_memshift;
 use memshift_tests::{
     redis_py_python, require_tools, run_with_timeout, Memshift, RedisClient, RedisServer, Resp,
@@ -97,7 +98,42 @@ fn redis_py_transactions_and_blocking_pops_match_plain_redis() {
             "RESP{proto}: memshift differs from plain Redis\nmemshift stderr:\n{}",
             memshift.stderr()
         );
-        assert!(want.contains("WatchError"), "the WATCH conflict ran: {want}");
+        assert!(
+            want.contains("WatchError"),
+            "the WATCH conflict ran: {want}"
+        );
+    }
+}
+
+#[test]
+fn go_redis_transactions_and_blocking_pops_match_plain_redis() {
+    if !require_tools(
+        "go_redis_transactions_and_blocking_pops_match_plain_redis",
+        &["go", "redis-server"],
+    ) {
+        return;
+    }
+    let bin = super::clients::go_redis_workload();
+    let (_memshift, _shards, resp, _) = start("", "");
+    let plain = RedisServer::start();
+    let run = |port: u16, proto: u8| {
+        let mut cmd = Command::new(&bin);
+        cmd.arg(format!("127.0.0.1:{port}"))
+            .arg(proto.to_string())
+            .arg("tx");
+        let out = run_with_timeout(cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
+            "go-redis tx workload on port {port} (RESP{proto}) failed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+    };
+    for proto in [3, 2] {
+        let want = run(plain.port(), proto);
+        assert!(want.contains("txfailed=true"), "{want}");
+        assert_eq!(run(resp, proto), want, "go-redis RESP{proto}");
     }
 }
 
@@ -113,11 +149,20 @@ fn transaction_across_shards_is_refused_and_applies_nothing() {
     let out = run_script(resp, 2, "cross");
     assert!(out.contains("CROSSSLOT memshift"), "{out}");
     assert!(out.contains("unchanged: True"), "{out}");
-    assert!(out.contains(&format!("counters: {:?}", ["None"; 12]).replace('"', "")), "{out}");
+    assert!(
+        out.contains(&format!("counters: {:?}", ["None"; 12]).replace('"', "")),
+        "{out}"
+    );
     // The keys did span shards.
     let holding = shards
         .iter()
-        .filter(|s| connect(s.port()).cmd(&[b"DBSIZE"]).ok().and_then(|r| r.as_int()) > Some(0))
+        .filter(|s| {
+            connect(s.port())
+                .cmd(&[b"DBSIZE"])
+                .ok()
+                .and_then(|r| r.as_int())
+                > Some(0)
+        })
         .count();
     assert!(holding >= 2, "the transaction's keys should span shards");
 }
@@ -187,10 +232,16 @@ fn held_connections_are_bounded_and_released_by_a_client_that_leaves() {
     in_use(2.0);
     let mut c = connect(resp);
     // The bound: refused at once, and a transaction is not applied.
-    assert!(is_error(&cmd(&mut c, "BLPOP {q}x 0"), "ERR memshift: every dedicated"));
+    assert!(is_error(
+        &cmd(&mut c, "BLPOP {q}x 0"),
+        "ERR memshift: every dedicated"
+    ));
     assert_eq!(cmd(&mut c, "MULTI"), ok());
     assert_eq!(cmd(&mut c, "SET {q}t 1"), queued());
-    assert!(is_error(&cmd(&mut c, "EXEC"), "ERR memshift: every dedicated"));
+    assert!(is_error(
+        &cmd(&mut c, "EXEC"),
+        "ERR memshift: every dedicated"
+    ));
     assert_eq!(cmd(&mut c, "GET {q}t"), Resp::Bulk(None));
     // A client that leaves mid-BLPOP frees its connection.
     drop(blocked.remove(0));
@@ -212,7 +263,10 @@ fn held_connections_are_bounded_and_released_by_a_client_that_leaves() {
 
 #[test]
 fn transaction_writes_reach_near_cache_readers() {
-    if !require_tools("transaction_writes_reach_near_cache_readers", &["redis-server"]) {
+    if !require_tools(
+        "transaction_writes_reach_near_cache_readers",
+        &["redis-server"],
+    ) {
         return;
     }
     let (_memshift, _shards, resp, _) = start("", "[near_cache]\nenabled = true\n");
@@ -229,4 +283,70 @@ fn transaction_writes_reach_near_cache_readers() {
         Resp::Array(Some(vec![ok(), bulk("v2")]))
     );
     assert_eq!(cmd(&mut c, "GET {n}k"), bulk("v2"));
+}
+
+#[test]
+fn transactions_on_a_redis_cluster_run_on_one_slot() {
+    if !require_tools(
+        "transactions_on_a_redis_cluster_run_on_one_slot",
+        &["redis-server", "redis-cli"],
+    ) {
+        return;
+    }
+    let nodes = RedisClusterNodes::start();
+    let (_memshift, resp, _) = super::cluster::start(&nodes, "");
+    let mut c = connect(resp);
+    let mut other = connect(resp);
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "SET {s}a 1"), queued());
+    assert_eq!(cmd(&mut c, "INCR {s}a"), queued());
+    assert_eq!(cmd(&mut c, "GET {s}b"), queued());
+    assert_eq!(
+        cmd(&mut c, "EXEC"),
+        Resp::Array(Some(vec![ok(), Resp::Int(2), Resp::Bulk(None)]))
+    );
+    // Two slots (of one master, then of two): refused, nothing applied.
+    let slot = |k: &str| nodes.keyslot(k);
+    let same_master = (0..1000)
+        .map(|i| format!("x:{i}"))
+        .find(|k| {
+            slot(k) != slot("x:a") && nodes.master_of(slot(k)) == nodes.master_of(slot("x:a"))
+        })
+        .expect("a key of another slot on the same master");
+    let other_master = (0..1000)
+        .map(|i| format!("y:{i}"))
+        .find(|k| nodes.master_of(slot(k)) != nodes.master_of(slot("x:a")))
+        .expect("a key on another master");
+    for second in [same_master, other_master] {
+        assert_eq!(cmd(&mut c, "MULTI"), ok());
+        assert_eq!(cmd(&mut c, "SET x:a 1"), queued());
+        assert!(is_error(
+            &cmd(&mut c, &format!("SET {second} 1")),
+            "CROSSSLOT"
+        ));
+        assert!(is_error(&cmd(&mut c, "EXEC"), "EXECABORT"));
+        assert_eq!(cmd(&mut c, "GET x:a"), Resp::Bulk(None));
+        assert_eq!(cmd(&mut c, &format!("GET {second}")), Resp::Bulk(None));
+    }
+    // WATCH on the slot's master: a conflicting write aborts EXEC.
+    assert_eq!(cmd(&mut c, "WATCH {s}a"), ok());
+    assert_eq!(cmd(&mut other, "SET {s}a 5"), ok());
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "INCR {s}a"), queued());
+    assert_eq!(cmd(&mut c, "EXEC"), Resp::Array(None));
+    assert_eq!(cmd(&mut c, "WATCH {s}a"), ok());
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "INCR {s}a"), queued());
+    assert_eq!(cmd(&mut c, "EXEC"), Resp::Array(Some(vec![Resp::Int(6)])));
+    // Blocking pops on one slot.
+    assert_eq!(cmd(&mut c, "BLPOP {s}q {s}r 0.2"), Resp::Array(None));
+    assert_eq!(cmd(&mut other, "RPUSH {s}r v"), Resp::Int(1));
+    assert_eq!(
+        cmd(&mut c, "BLPOP {s}q {s}r 1"),
+        Resp::Array(Some(vec![bulk("{s}r"), bulk("v")]))
+    );
+    assert!(is_error(
+        &cmd(&mut c, "BLPOP x:a y:a 0.2"),
+        "ERR memshift: BLPOP's keys"
+    ));
 }

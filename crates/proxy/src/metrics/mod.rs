@@ -194,7 +194,10 @@ impl Metrics {
 
     /// Handles for `redis::dedicated`: connections in use, refusals.
     pub fn dedicated_handles(&self) -> (Gauge, Counter) {
-        (self.dedicated_in_use.clone(), self.dedicated_refused.clone())
+        (
+            self.dedicated_in_use.clone(),
+            self.dedicated_refused.clone(),
+        )
     }
 
     #[inline]

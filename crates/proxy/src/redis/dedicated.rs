@@ -164,7 +164,8 @@ async fn run(connector: RedisConnector, mut jobs: mpsc::UnboundedReceiver<Job>, 
             Some(frame) => job.reply.send(Ok(frame)),
             None => {
                 conn = None;
-                job.reply.send(Ok(Frame::Error(Bytes::from_static(job.if_lost))));
+                job.reply
+                    .send(Ok(Frame::Error(Bytes::from_static(job.if_lost))));
             }
         }
     }

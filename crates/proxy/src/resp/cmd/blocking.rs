@@ -13,8 +13,8 @@ use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
-use memshift_protocol::resp::request::string2ll;
 use memshift_protocol::resp::reply::Shape;
+use memshift_protocol::resp::request::string2ll;
 use memshift_protocol::resp::Frame;
 
 use super::super::pending::Render;
@@ -106,7 +106,7 @@ fn call_timeout(arg: &[u8]) -> Option<Duration> {
         .ok()
         .and_then(|s| s.parse::<f64>().ok());
     match secs {
-        Some(s) if s == 0.0 => None,
+        Some(0.0) => None,
         // Beyond what a Duration holds: as good as forever.
         Some(s) if s.is_finite() && s > 0.0 => Duration::try_from_secs_f64(s).ok(),
         _ => Some(Duration::ZERO),

@@ -208,9 +208,7 @@ impl RespSession {
             }
             return self.replace_queued(SPLIT_KEYS);
         };
-        let required = queue
-            .target
-            .or(self.txn.watch.as_ref().map(|w| w.target));
+        let required = queue.target.or(self.txn.watch.as_ref().map(|w| w.target));
         if required.is_some_and(|r| r != *target) {
             return self.replace_queued(OTHER_SHARD);
         }
