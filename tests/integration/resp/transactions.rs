@@ -257,7 +257,15 @@ fn held_connections_are_bounded_and_released_by_a_client_that_leaves() {
     let mut got = vec![0u8; want.len()];
     blocked[0].read_exact(&mut got).expect("BLPOP reply");
     assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
-    in_use(0.0);
+    // Both connections stay open, idle, for the next sessions: they are
+    // reused (same shard) or closed for their permit (another shard).
+    in_use(2.0);
+    for tag in ["q", "z", "y"] {
+        assert_eq!(cmd(&mut c, "MULTI"), ok());
+        assert_eq!(cmd(&mut c, &format!("SET {{{tag}}}t 1")), queued());
+        assert_eq!(cmd(&mut c, "EXEC"), Resp::Array(Some(vec![ok()])));
+    }
+    assert_eq!(metric(admin, IN_USE), 2.0);
     assert!(memshift.stderr().find("panicked").is_none());
 }
 

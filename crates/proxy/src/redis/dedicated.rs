@@ -13,9 +13,15 @@
 //! stops blocking the shard), which also drops any `WATCH`.
 //!
 //! How many exist at once is bounded per proxy by
-//! `redis.max_dedicated_connections` ([`DedicatedLimit`]).
+//! `redis.max_dedicated_connections` ([`DedicatedLimit`]). One whose last
+//! job left nothing on it (an `EXEC` answered, a blocking call answered)
+//! is kept idle for the next session that needs the same shard, so a
+//! transaction does not pay a connection setup each time; an idle one is
+//! closed when a new connection needs its permit, or when its socket says
+//! anything (the server closed it).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -28,13 +34,18 @@ use super::connection::{RedisConnector, ShardReader, ShardWriter};
 use super::shard::Shard;
 use super::ReplyTo;
 
-/// The per-proxy bound on held connections, and its metrics.
+/// The per-proxy bound on held connections, its metrics, and the idle
+/// connections kept for the next session that needs one.
 #[derive(Debug)]
 pub struct DedicatedLimit {
     permits: Arc<Semaphore>,
     pub max: usize,
     in_use: metrics::Gauge,
     refused: metrics::Counter,
+    /// Connections whose last job ended cleanly (no WATCH, no MULTI, the
+    /// socket open), by shard address. Each holds its permit; one is closed
+    /// when a new connection needs that permit.
+    idle: Mutex<Vec<Dedicated>>,
 }
 
 /// `redis.max_dedicated_connections` is reached.
@@ -49,15 +60,28 @@ impl DedicatedLimit {
             max,
             in_use,
             refused,
+            idle: Mutex::new(Vec::new()),
         }
     }
 
-    /// A connection of its own to `shard` (opened when its first job
-    /// comes), or [`LimitReached`] at once.
+    /// A connection of its own to `shard`: an idle one, else a new one
+    /// (opened when its first job comes), or [`LimitReached`] at once.
     pub fn open(&self, shard: &Shard) -> Result<Dedicated, LimitReached> {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            self.refused.increment(1);
-            return Err(LimitReached);
+        let addr = shard.addr();
+        if let Some(conn) = self.take_idle(|a| a == addr) {
+            return Ok(conn);
+        }
+        let held = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Held::new(permit, &self.in_use),
+            // Every permit is taken: close an idle connection (of any
+            // shard) for its permit.
+            Err(_) => match self.take_idle(|_| true) {
+                Some(Dedicated { held, .. }) => held,
+                None => {
+                    self.refused.increment(1);
+                    return Err(LimitReached);
+                }
+            },
         };
         let connector = RedisConnector {
             settings: shard.settings().clone(),
@@ -65,20 +89,51 @@ impl DedicatedLimit {
             cluster: None,
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        self.in_use.increment(1.0);
-        let held = Held {
-            _permit: permit,
-            in_use: self.in_use.clone(),
-        };
-        tokio::spawn(run(connector, rx, held));
-        Ok(Dedicated { jobs: tx })
+        let clean = Arc::new(AtomicBool::new(false));
+        tokio::spawn(run(connector, rx, clean.clone()));
+        Ok(Dedicated {
+            jobs: tx,
+            clean,
+            addr: addr.to_string(),
+            held,
+        })
+    }
+
+    /// A connection whose work is done: kept for reuse when its last job
+    /// left it clean, else closed.
+    pub fn release(&self, conn: Dedicated) {
+        if !conn.clean.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(conn);
+        }
+    }
+
+    fn take_idle(&self, matches: impl Fn(&str) -> bool) -> Option<Dedicated> {
+        let mut idle = self.idle.lock().ok()?;
+        // A connection that broke while idle is dropped on the way.
+        idle.retain(|c| c.clean.load(Ordering::Acquire));
+        let at = idle.iter().rposition(|c| matches(&c.addr))?;
+        Some(idle.swap_remove(at))
     }
 }
 
-/// Counts the connection in use until its task ends.
+/// Counts a connection as open, and holds its permit, until dropped.
+#[derive(Debug)]
 struct Held {
     _permit: OwnedSemaphorePermit,
     in_use: metrics::Gauge,
+}
+
+impl Held {
+    fn new(permit: OwnedSemaphorePermit, in_use: &metrics::Gauge) -> Held {
+        in_use.increment(1.0);
+        Held {
+            _permit: permit,
+            in_use: in_use.clone(),
+        }
+    }
 }
 
 impl Drop for Held {
@@ -87,15 +142,23 @@ impl Drop for Held {
     }
 }
 
-/// The session's end of a held connection; dropping it closes the socket.
+/// The session's end of a held connection; dropping it closes the socket
+/// and frees its permit.
 #[derive(Debug)]
 pub struct Dedicated {
     jobs: mpsc::UnboundedSender<Job>,
+    /// Set by the connection task: its last job ended with the socket open
+    /// and nothing left on it (no WATCH, no MULTI).
+    clean: Arc<AtomicBool>,
+    /// The shard's address (idle connections are found by it).
+    addr: String,
+    held: Held,
 }
 
 impl Dedicated {
     /// Queue a job (answered on `job.reply`).
     pub fn send(&self, job: Job) {
+        self.clean.store(false, Ordering::Release);
         if let Err(mpsc::error::SendError(job)) = self.jobs.send(job) {
             job.reply.send(Err(BackendError::Unavailable));
         }
@@ -113,13 +176,22 @@ pub struct Job {
     /// were written: the client must not be told a write failed when it
     /// may have happened.
     pub if_lost: &'static [u8],
-    /// The answer when the connection this job needs (it holds a `WATCH`)
-    /// was lost before the job came: nothing is sent.
-    pub if_gone: Frame,
+    /// For a job that needs the state an earlier job left on the
+    /// connection (a `WATCH`): the answer when that connection was lost
+    /// before the job came (nothing is sent). `None`: a new connection
+    /// does.
+    pub if_gone: Option<Frame>,
+    /// Answered, it leaves nothing on the connection (`EXEC`, a blocking
+    /// call; not `WATCH`): the connection may serve another session.
+    pub leaves_clean: bool,
     pub reply: ReplyTo,
 }
 
-async fn run(connector: RedisConnector, mut jobs: mpsc::UnboundedReceiver<Job>, _held: Held) {
+async fn run(
+    connector: RedisConnector,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    clean: Arc<AtomicBool>,
+) {
     let mut conn: Option<Conn> = None;
     let mut opened = false;
     loop {
@@ -129,6 +201,7 @@ async fn run(connector: RedisConnector, mut jobs: mpsc::UnboundedReceiver<Job>, 
             Some(c) => tokio::select! {
                 job = jobs.recv() => job,
                 _ = c.reader.read_buf(&mut c.buf) => {
+                    clean.store(false, Ordering::Release);
                     conn = None;
                     continue;
                 }
@@ -139,8 +212,8 @@ async fn run(connector: RedisConnector, mut jobs: mpsc::UnboundedReceiver<Job>, 
             return;
         };
         if conn.is_none() {
-            if opened {
-                job.reply.send(Ok(job.if_gone));
+            if let (true, Some(frame)) = (opened, &job.if_gone) {
+                job.reply.send(Ok(frame.clone()));
                 continue;
             }
             opened = true;
@@ -161,7 +234,11 @@ async fn run(connector: RedisConnector, mut jobs: mpsc::UnboundedReceiver<Job>, 
             _ = jobs_closed(&mut jobs) => return,
         };
         match outcome {
-            Some(frame) => job.reply.send(Ok(frame)),
+            Some(frame) => {
+                // Before the reply: the session may release it on seeing it.
+                clean.store(job.leaves_clean, Ordering::Release);
+                job.reply.send(Ok(frame))
+            }
             None => {
                 conn = None;
                 job.reply

@@ -15,7 +15,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use memshift_protocol::resp::reply::Shape;
 use memshift_protocol::resp::request::string2ll;
-use memshift_protocol::resp::Frame;
 
 use super::super::pending::Render;
 use super::super::RespSession;
@@ -85,7 +84,8 @@ impl RespSession {
             replies: 1,
             timeout: call_timeout(&self.args[timeout_at]).map(|t| t + redis.request_timeout),
             if_lost: POP_LOST,
-            if_gone: Frame::Error(Bytes::from_static(POP_LOST)),
+            if_gone: None,
+            leaves_clean: true,
             reply: self.reply_to(seq, 0),
         };
         self.hold_send(Some(conn), job, shard.settings().connect_timeout, true);

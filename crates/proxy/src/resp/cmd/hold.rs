@@ -38,8 +38,8 @@ pub(in crate::resp) struct Hold {
     seq: Option<u64>,
     /// Not written yet: requests before it are unanswered.
     deferred: Option<Job>,
-    /// Its connection, closed once it is answered (`None`: it runs on the
-    /// session's WATCH connection, which stays).
+    /// Its connection, released once it is answered (`None`: it runs on
+    /// the session's WATCH connection, which stays).
     conn: Option<Dedicated>,
     /// `redis.connect_timeout_ms` of its shard (the connection may open
     /// when the job comes).
@@ -99,8 +99,10 @@ impl RespSession {
         }
         let hold = &mut self.txn.hold;
         hold.seq = None;
-        hold.conn = None;
         hold.deferred = None;
+        if let Some(conn) = hold.conn.take() {
+            self.proxy.router.load().redis().dedicated.release(conn);
+        }
         if !self.rbuf.is_empty() {
             self.process_input();
         }

@@ -21,8 +21,11 @@ struct Group {
 impl RespSession {
     pub(super) fn multi(&mut self, upper: &[u8], raw: Option<Bytes>) {
         let n = self.args.len();
-        // Inside MULTI the read goes in the transaction, not the near cache.
-        if upper == b"MGET" && n >= 2 && crate::near_cache::get().is_some() && !self.txn.capturing()
+        // Inside MULTI, or WATCHing, reads skip the near cache (`transaction`).
+        if upper == b"MGET"
+            && n >= 2
+            && crate::near_cache::get().is_some()
+            && !self.txn.bypass_near_cache()
         {
             return self.mget_near();
         }

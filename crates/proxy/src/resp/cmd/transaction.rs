@@ -97,6 +97,14 @@ impl TxnState {
         self.capture.is_some()
     }
 
+    /// Reads skip the near cache: inside MULTI they belong to the
+    /// transaction; after WATCH they must see every write the watch does
+    /// not cover (a near-cache copy may lag a write made just before it).
+    #[inline]
+    pub(super) fn bypass_near_cache(&self) -> bool {
+        self.capture.is_some() || self.watch.is_some()
+    }
+
     /// `RESET`: out of MULTI, nothing watched.
     pub(super) fn reset(&mut self) {
         self.multi = None;
@@ -293,6 +301,7 @@ impl RespSession {
         let Some(shard) = redis.shard_at(target.shard) else {
             return self.push_error(UNAVAILABLE);
         };
+        let watched = watch.is_some();
         let conn = match watch {
             Some(w) => w.conn,
             None => match redis.dedicated.open(&shard) {
@@ -321,7 +330,8 @@ impl RespSession {
             if_lost: EXEC_UNKNOWN,
             // The WATCH connection broke before EXEC: the watch is gone, so
             // the transaction aborts as if a watched key had changed.
-            if_gone: Frame::NullArray,
+            if_gone: watched.then_some(Frame::NullArray),
+            leaves_clean: true,
             reply: self.reply_to(seq, 0),
         };
         let connect_timeout = shard.settings().connect_timeout;
@@ -345,7 +355,8 @@ impl RespSession {
         let Some(shard) = redis.shard_at(target.shard) else {
             return self.push_error(UNAVAILABLE);
         };
-        if self.txn.watch.is_none() {
+        let watching = self.txn.watch.is_some();
+        if !watching {
             match redis.dedicated.open(&shard) {
                 Ok(conn) => self.txn.watch = Some(Watch { conn, target }),
                 Err(_) => return self.push_error(LIMIT),
@@ -358,7 +369,8 @@ impl RespSession {
             replies: 1,
             timeout: Some(redis.request_timeout),
             if_lost: WATCH_LOST,
-            if_gone: Frame::Error(Bytes::from_static(WATCH_GONE)),
+            if_gone: watching.then(|| Frame::Error(Bytes::from_static(WATCH_GONE))),
+            leaves_clean: false,
             reply: self.reply_to(seq, 0),
         };
         self.hold_send(None, job, shard.settings().connect_timeout, false);
