@@ -358,3 +358,66 @@ fn transactions_on_a_redis_cluster_run_on_one_slot() {
         "ERR memshift: BLPOP's keys"
     ));
 }
+
+#[test]
+fn a_lost_shard_connection_never_turns_an_applied_exec_into_a_failure() {
+    if !require_tools(
+        "a_lost_shard_connection_never_turns_an_applied_exec_into_a_failure",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let (_memshift, shards, resp, _) = start("", "");
+    let mut c = connect(resp);
+    // The shards' pipelined connections reconnect: poll until a GET reads
+    // `want` (a failure says what was read last).
+    let get = |c: &mut RedisClient, want: Resp| {
+        let mut last = None;
+        let found = wait_until_or(Duration::from_secs(10), || {
+            last = Some(c.cmd(&[b"GET", b"{f}k"]));
+            matches!(&last, Some(Ok(r)) if *r == want)
+        });
+        assert!(found, "GET {{f}}k: want {want:?}, last read {last:?}");
+    };
+    // The connection holding a WATCH is closed by the shard before EXEC:
+    // the watch is gone, EXEC aborts (nil) and applies nothing.
+    assert_eq!(cmd(&mut c, "WATCH {f}k"), ok());
+    for s in &shards {
+        let killed = connect(s.port()).cmd(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+        assert!(matches!(killed, Ok(Resp::Int(_))), "{killed:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "SET {f}k lost"), queued());
+    assert_eq!(cmd(&mut c, "EXEC"), Resp::Array(None));
+    get(&mut c, Resp::Bulk(None));
+    // The shard stops answering once EXEC is written: memshift cannot know
+    // whether it ran and must not say it failed. It ran once resumed.
+    assert_eq!(cmd(&mut c, "WATCH {f}k"), ok());
+    for s in &shards {
+        s.signal(libc::SIGSTOP);
+    }
+    assert_eq!(cmd(&mut c, "MULTI"), ok());
+    assert_eq!(cmd(&mut c, "SET {f}k applied"), queued());
+    let exec = cmd(&mut c, "EXEC");
+    for s in &shards {
+        s.signal(libc::SIGCONT);
+    }
+    assert!(
+        is_error(&exec, "ERR memshift: the shard's connection was lost after EXEC was sent; the transaction may or may not have been applied"),
+        "{exec:?}"
+    );
+    get(&mut c, bulk("applied"));
+}
+
+/// Poll `f` every 50 ms until it holds or `within` passed.
+fn wait_until_or(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
