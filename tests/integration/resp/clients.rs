@@ -192,6 +192,28 @@ pub(super) fn go_redis_workload() -> std::path::PathBuf {
     bin
 }
 
+/// Run the go-redis workload `bin` (with `extra` arguments: a mode) on
+/// `port` in RESP`proto`; its output.
+pub(super) fn run_go_workload(
+    bin: &std::path::Path,
+    port: u16,
+    proto: u8,
+    extra: &[&str],
+) -> String {
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("127.0.0.1:{port}"))
+        .arg(proto.to_string())
+        .args(extra);
+    let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
+        "go-redis workload {extra:?} on port {port} (RESP{proto}) failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    out.stdout
+}
+
 #[test]
 fn go_redis_workload_matches_plain_redis() {
     if !require_tools(
@@ -203,18 +225,7 @@ fn go_redis_workload_matches_plain_redis() {
     let bin = go_redis_workload();
     let cluster = RespCluster::start();
     let plain = RedisServer::start();
-    let run = |port: u16, proto: u8| {
-        let mut cmd = Command::new(&bin);
-        cmd.arg(format!("127.0.0.1:{port}")).arg(proto.to_string());
-        let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
-            "go-redis workload on port {port} (RESP{proto}) failed:\n{}\n{}",
-            out.stdout,
-            out.stderr
-        );
-        out.stdout
-    };
+    let run = |port: u16, proto: u8| run_go_workload(&bin, port, proto, &[]);
     // go-redis speaks RESP3 by default (HELLO 3); RESP2 too.
     for proto in [3, 2] {
         let want = run(plain.port(), proto);

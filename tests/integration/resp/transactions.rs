@@ -116,20 +116,7 @@ fn go_redis_transactions_and_blocking_pops_match_plain_redis() {
     let bin = super::clients::go_redis_workload();
     let (_memshift, _shards, resp, _) = start("", "");
     let plain = RedisServer::start();
-    let run = |port: u16, proto: u8| {
-        let mut cmd = Command::new(&bin);
-        cmd.arg(format!("127.0.0.1:{port}"))
-            .arg(proto.to_string())
-            .arg("tx");
-        let out = run_with_timeout(cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
-            "go-redis tx workload on port {port} (RESP{proto}) failed:\n{}\n{}",
-            out.stdout,
-            out.stderr
-        );
-        out.stdout
-    };
+    let run = |port: u16, proto: u8| super::clients::run_go_workload(&bin, port, proto, &["tx"]);
     for proto in [3, 2] {
         let want = run(plain.port(), proto);
         assert!(want.contains("txfailed=true"), "{want}");
