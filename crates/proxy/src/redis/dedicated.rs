@@ -327,3 +327,21 @@ fn cluster_redirect_as_error(frame: Frame) -> Frame {
         _ => frame,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_redirect_as_error;
+    use bytes::Bytes;
+    use memshift_protocol::resp::Frame;
+
+    #[test]
+    fn redirects_become_plain_errors() {
+        let moved = Frame::Error(Bytes::from_static(b"MOVED 3999 127.0.0.1:6381"));
+        let Frame::Error(e) = cluster_redirect_as_error(moved) else {
+            panic!("an error");
+        };
+        assert!(e.starts_with(b"TRYAGAIN memshift: "));
+        let other = Frame::Error(Bytes::from_static(b"WRONGTYPE x"));
+        assert_eq!(cluster_redirect_as_error(other.clone()), other);
+    }
+}

@@ -203,11 +203,16 @@ impl Pending {
         // A backend failure answers the whole request.
         let parts = self.parts();
         for p in parts {
-            match p {
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return backend_error(buf, *e),
-                None => return backend_error(buf, BackendError::Timeout),
+            let e = match p {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => *e,
+                None => BackendError::Timeout,
+            };
+            // An EXEC given up on may have run (cmd::transaction).
+            if let (Render::Exec(_), BackendError::Timeout) = (&self.render, e) {
+                return out::error(buf, super::cmd::EXEC_UNKNOWN);
             }
+            return backend_error(buf, e);
         }
         // Every part is a frame now (no allocation on the reply path).
         let frames = || {

@@ -112,3 +112,23 @@ fn call_timeout(arg: &[u8]) -> Option<Duration> {
         _ => Some(Duration::ZERO),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::call_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn timeouts_follow_redis() {
+        assert_eq!(call_timeout(b"0"), None);
+        assert_eq!(call_timeout(b"0.0"), None);
+        assert_eq!(call_timeout(b"1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(call_timeout(b"2"), Some(Duration::from_secs(2)));
+        // Refused by Redis at once: no time beyond the reply's.
+        assert_eq!(call_timeout(b"-1"), Some(Duration::ZERO));
+        assert_eq!(call_timeout(b"abc"), Some(Duration::ZERO));
+        assert_eq!(call_timeout(b"inf"), Some(Duration::ZERO));
+        // Beyond a Duration: forever.
+        assert_eq!(call_timeout(b"1e300"), None);
+    }
+}

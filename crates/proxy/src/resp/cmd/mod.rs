@@ -29,7 +29,7 @@ use memshift_protocol::resp::CommandWriter;
 
 pub(super) use hold::HELD_INPUT_LIMIT;
 pub(super) use near::near_before_reply;
-pub(super) use transaction::{render_exec, TxnState};
+pub(super) use transaction::{render_exec, TxnState, EXEC_UNKNOWN};
 
 use super::pending::{NearAfter, Render};
 use super::RespSession;

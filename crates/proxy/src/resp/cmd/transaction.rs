@@ -37,7 +37,7 @@ const WATCH_SPLIT: &[u8] = b"CROSSSLOT memshift: WATCH keys must live on one sha
 /// The connection dropped or timed out after `EXEC` was written: Redis may
 /// have run the transaction (a client of Redis itself would see a dropped
 /// connection here; memshift must not claim it failed).
-const EXEC_UNKNOWN: &[u8] = b"ERR memshift: the shard's connection was lost after EXEC was sent; the transaction may or may not have been applied";
+pub(in crate::resp) const EXEC_UNKNOWN: &[u8] = b"ERR memshift: the shard's connection was lost after EXEC was sent; the transaction may or may not have been applied";
 const WATCH_LOST: &[u8] =
     b"ERR memshift: the shard's connection was lost during WATCH; nothing is watched";
 const WATCH_GONE: &[u8] = b"ERR memshift: the connection holding the WATCH was lost; EXEC will abort, WATCH again after it";
