@@ -408,3 +408,30 @@ fn wait_until_or(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+#[test]
+fn pipelined_requests_around_exec_watch_and_blpop_keep_their_order() {
+    if !require_tools(
+        "pipelined_requests_around_exec_watch_and_blpop_keep_their_order",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let (_memshift, _shards, resp, _) = start("", "");
+    let plain = RedisServer::start();
+    // One write: EXEC, WATCH and BLPOP run on other connections than the
+    // requests around them, which must still see each other's effects.
+    let script = "SET {p}k 1|MULTI|INCR {p}k|EXEC|GET {p}k|INCR {p}k|WATCH {p}k|GET {p}k|\
+                  MULTI|INCR {p}k|EXEC|GET {p}k|RPUSH {p}l a|BLPOP {p}l 0.1|LLEN {p}l|\
+                  BLPOP {p}l 0.1|SET {p}k 10|MULTI|GET {p}k|EXEC";
+    let lines: Vec<Vec<&[u8]>> = script
+        .split('|')
+        .map(|l| l.split_whitespace().map(str::as_bytes).collect())
+        .collect();
+    let cmds: Vec<&[&[u8]]> = lines.iter().map(Vec::as_slice).collect();
+    for _ in 0..5 {
+        let want = connect(plain.port()).pipeline(&cmds).expect("plain Redis");
+        let got = connect(resp).pipeline(&cmds).expect("memshift");
+        assert_eq!(got, want);
+    }
+}
