@@ -166,7 +166,8 @@ fn redis_cli_multi_exec_matches_plain_redis() {
     let plain = RedisServer::start();
     let script = "FLUSHALL\nMULTI\nSET {u}a 1\nINCR {u}a\nGET {u}a\nPING\nEXEC\nEXEC\nDISCARD\n\
                   MULTI\nMULTI\nSET {u}b\nEXEC\nGET {u}b\nWATCH {u}a\nGET {u}a\nMULTI\n\
-                  WATCH {u}a\nAPPEND {u}a x\nEXEC\nMULTI\nEXEC\n";
+                  WATCH {u}a\nAPPEND {u}a x\nEXEC\nMULTI\nEXEC\nMULTI\nEXEC x\nEXEC\n\
+                  MULTI\nPING a b\nPING\nEXEC\nMULTI\nECHO\nEXEC\nMULTI\nINCR {u}a\nEXEC\n";
     let run = |port: u16| {
         let mut child = Command::new("redis-cli")
             .arg("-p")

@@ -123,9 +123,23 @@ impl RespSession {
     pub(super) fn transaction(&mut self, upper: &[u8]) {
         let in_multi = self.txn.multi.is_some();
         let n = self.args.len();
+        let arity_ok = match upper {
+            b"WATCH" => n >= 2,
+            _ => n == 1,
+        };
+        if !arity_ok && upper == b"EXEC" && in_multi {
+            // Redis discards the transaction at once.
+            self.txn.reset();
+            return self.push_error(
+                b"EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
+            );
+        }
+        if !arity_ok {
+            // Inside MULTI a refused command aborts the transaction.
+            self.abort_queued();
+            return self.arity_error();
+        }
         match upper {
-            b"MULTI" | b"EXEC" | b"DISCARD" | b"UNWATCH" if n != 1 => self.arity_error(),
-            b"WATCH" if n < 2 => self.arity_error(),
             b"MULTI" if in_multi => self.push_error(b"ERR MULTI calls can not be nested"),
             b"MULTI" => {
                 self.txn.multi = Some(Queue::default());
@@ -153,11 +167,9 @@ impl RespSession {
         let mut buf = [0u8; MAX_NAME];
         let found = upper(&self.args[0], &mut buf).and_then(lookup);
         let name = &buf[..self.args[0].len().min(MAX_NAME)];
+        self.command = found.and_then(|f| crate::metrics::command_index(f.1));
         match found.map(|f| f.0) {
-            Some(Family::Transaction) if name != b"UNWATCH" => {
-                self.command = crate::metrics::command_index("transactions");
-                return self.transaction(name);
-            }
+            Some(Family::Transaction) if name != b"UNWATCH" => return self.transaction(name),
             Some(Family::Transaction) => return self.queue_keyless(1..=1),
             Some(Family::Connection) => match name {
                 b"QUIT" => return self.dispatch_now(raw),
@@ -165,7 +177,8 @@ impl RespSession {
                     self.txn.reset();
                     return self.dispatch_now(raw);
                 }
-                b"PING" => return self.queue_keyless(1..=2),
+                // Redis checks PING's argument count when it runs it.
+                b"PING" => return self.queue_keyless(1..=usize::MAX),
                 b"ECHO" => return self.queue_keyless(2..=2),
                 _ => return self.refuse_in_multi(),
             },
@@ -211,8 +224,7 @@ impl RespSession {
         let [(target, _)] = sends.as_slice() else {
             if sends.is_empty() {
                 // Answered at once: an error (arity, refused, migrating key).
-                queue.aborted = true;
-                return;
+                return self.abort_queued();
             }
             return self.replace_queued(SPLIT_KEYS);
         };
@@ -239,9 +251,7 @@ impl RespSession {
 
     /// The queued command's reply (not sent) becomes an error; EXEC aborts.
     fn replace_queued(&mut self, error: &[u8]) {
-        if let Some(q) = self.txn.multi.as_mut() {
-            q.aborted = true;
-        }
+        self.abort_queued();
         self.pending.pop_back();
         self.push_error(error);
     }
@@ -250,9 +260,7 @@ impl RespSession {
     /// runs them.
     fn queue_keyless(&mut self, arity: std::ops::RangeInclusive<usize>) {
         if !arity.contains(&self.args.len()) {
-            if let Some(q) = self.txn.multi.as_mut() {
-                q.aborted = true;
-            }
+            self.abort_queued();
             return self.arity_error();
         }
         let cmd = self.encode_args();
@@ -266,9 +274,7 @@ impl RespSession {
     /// Commands memshift answers itself, or on every shard, cannot join a
     /// transaction that one shard runs.
     fn refuse_in_multi(&mut self) {
-        if let Some(q) = self.txn.multi.as_mut() {
-            q.aborted = true;
-        }
+        self.abort_queued();
         let mut text = b"ERR memshift: ".to_vec();
         super::push_printable(&mut text, &self.args[0], 64);
         text[14..].make_ascii_uppercase();
@@ -276,6 +282,13 @@ impl RespSession {
             b" is not supported inside MULTI (a transaction runs on one shard; memshift answers this command itself)",
         );
         self.push_error(&text);
+    }
+
+    /// Inside MULTI: `EXEC` will answer `-EXECABORT`.
+    fn abort_queued(&mut self) {
+        if let Some(q) = self.txn.multi.as_mut() {
+            q.aborted = true;
+        }
     }
 
     fn exec(&mut self) {
