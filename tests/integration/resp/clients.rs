@@ -16,10 +16,17 @@ fn redis_py(python: &std::path::Path, script: &std::path::Path, port: u16, proto
         .arg("127.0.0.1")
         .arg(port.to_string())
         .arg(proto.to_string());
+    let what = format!("redis-py workload on port {port} (RESP{proto})");
+    run_client(cmd, "WORKLOAD DONE", &what)
+}
+
+/// Run a client workload (3 minutes at most); its output, which must
+/// contain `done` (the workload ran to its end).
+pub(super) fn run_client(cmd: Command, done: &str, what: &str) -> String {
     let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        out.status.success() && out.stdout.contains("WORKLOAD DONE"),
-        "redis-py workload on port {port} (RESP{proto}) failed:\n{}\n{}",
+        out.status.success() && out.stdout.contains(done),
+        "{what} failed:\n{}\n{}",
         out.stdout,
         out.stderr
     );
@@ -204,14 +211,8 @@ pub(super) fn run_go_workload(
     cmd.arg(format!("127.0.0.1:{port}"))
         .arg(proto.to_string())
         .args(extra);
-    let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
-        "go-redis workload {extra:?} on port {port} (RESP{proto}) failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
+    let what = format!("go-redis workload {extra:?} on port {port} (RESP{proto})");
+    run_client(cmd, "GO WORKLOAD DONE", &what)
 }
 
 #[test]

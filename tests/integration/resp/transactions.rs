@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 use memshift_tests::ops_support::{metric, wait_until};
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::resp_proxy::start_resp_memshift;
-use memshift_tests::{
-    redis_py_python, require_tools, run_with_timeout, Memshift, RedisClient, RedisServer, Resp,
-};
+use memshift_tests::{redis_py_python, require_tools, Memshift, RedisClient, RedisServer, Resp};
 
 const SCRIPT: &str = include_str!("transactions.py");
 const IN_USE: &str = "memshift_redis_dedicated_connections";
@@ -44,14 +42,8 @@ fn run_script(port: u16, proto: u8, mode: &str) -> String {
         .arg(port.to_string())
         .arg(proto.to_string())
         .arg(mode);
-    let out = run_with_timeout(cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success() && out.stdout.contains("TRANSACTIONS DONE"),
-        "transactions.py {mode} on port {port} (RESP{proto}) failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
+    let what = format!("transactions.py {mode} on port {port} (RESP{proto})");
+    super::clients::run_client(cmd, "TRANSACTIONS DONE", &what)
 }
 
 fn connect(port: u16) -> RedisClient {
