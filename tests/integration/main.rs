@@ -27,6 +27,7 @@ mod observability;
 mod ops;
 mod oversize_refusal;
 mod pipelining;
+mod plan;
 mod pymemcache;
 mod resp;
 mod shard_down;

@@ -40,6 +40,11 @@ pub enum Command {
         rate: Option<u64>,
         verify: bool,
     },
+    /// Size the Redis fleet from the live memcached pool.
+    Plan {
+        config: PathBuf,
+        options: crate::plan::PlanOptions,
+    },
     Version,
     Help,
 }
@@ -49,7 +54,7 @@ pub enum Command {
 pub enum CliError {
     #[error("unknown option {0:?}")]
     UnknownOption(String),
-    #[error("unknown command {0:?} (commands: run, check, ring, copy)")]
+    #[error("unknown command {0:?} (commands: run, check, ring, copy, plan)")]
     UnknownCommand(String),
     #[error("unexpected argument {0:?}")]
     UnexpectedArgument(String),
@@ -91,6 +96,9 @@ usage:
                                           copy the legacy memcached pool into Redis; with
                                           --from-shards, copy OLD's standalone Redis
                                           shards into FILE's Redis (e.g. a cluster)
+  memshift plan --config FILE [--node-memory 16GiB] [--headroom 25%] [--sample N]
+                [--rate KEYS_PER_S] [--json]
+                                          size the Redis fleet from the memcached pool
   memshift --version | -V
   memshift --help | -h
 
@@ -120,6 +128,7 @@ pub fn run_command(cmd: &Command) -> Option<ExitCode> {
             keys,
             change,
         } => Some(run_ring(config, *keys, change.as_ref())),
+        Command::Plan { config, options } => Some(crate::plan::run(config, *options)),
         Command::Version => {
             println!("{}", version());
             Some(ExitCode::SUCCESS)
@@ -138,6 +147,7 @@ enum Sub {
     Check,
     Ring,
     Copy,
+    Plan,
 }
 
 impl Sub {
@@ -147,6 +157,7 @@ impl Sub {
             Sub::Check => "check",
             Sub::Ring => "ring",
             Sub::Copy => "copy",
+            Sub::Plan => "plan",
         }
     }
 }
@@ -166,6 +177,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
         Some("check") => Sub::Check,
         Some("ring") => Sub::Ring,
         Some("copy") => Sub::Copy,
+        Some("plan") => Sub::Plan,
         Some("help") => return Ok(Command::Help),
         Some("version") => return Ok(Command::Version),
         Some(a) if !a.starts_with('-') => return Err(CliError::UnknownCommand(a.to_owned())),
@@ -182,6 +194,8 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
     let (mut dry_run, mut verify) = (false, false);
     let mut rate: Option<u64> = None;
     let mut from_shards: Option<PathBuf> = None;
+    let mut plan = crate::plan::PlanOptions::default();
+    let (mut node_memory, mut headroom, mut sample) = (None, None, None);
 
     while let Some(arg) = it.next() {
         if !arg.starts_with('-') || arg == "-" {
@@ -263,13 +277,41 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
                 set_once(&mut from_shards, PathBuf::from(v), &opt)?;
             }
             "--rate" => {
-                allowed(&[Sub::Copy])?;
+                allowed(&[Sub::Copy, Sub::Plan])?;
                 let v = value(&opt, inline, &mut it)?;
                 let n = match v.parse::<u64>() {
                     Ok(n) if n > 0 => n,
                     _ => return Err(bad(&opt, v, "expected keys per second, at least 1")),
                 };
                 set_once(&mut rate, n, &opt)?;
+            }
+            "--node-memory" | "--headroom" | "--sample" => {
+                allowed(&[Sub::Plan])?;
+                let v = value(&opt, inline, &mut it)?;
+                match opt.as_str() {
+                    "--node-memory" => match crate::plan::parse_size(&v) {
+                        Some(n) => set_once(&mut node_memory, n, &opt)?,
+                        None => return Err(bad(&opt, v, "expected a size such as 16GiB")),
+                    },
+                    "--headroom" => match crate::plan::parse_percent(&v) {
+                        Some(n) => set_once(&mut headroom, n, &opt)?,
+                        None => return Err(bad(&opt, v, "expected a percentage, 0% to 90%")),
+                    },
+                    _ => match v.parse::<usize>() {
+                        Ok(n) if n > 0 => set_once(&mut sample, n, &opt)?,
+                        _ => return Err(bad(&opt, v, "expected a number of keys, at least 1")),
+                    },
+                }
+            }
+            "--json" => {
+                allowed(&[Sub::Plan])?;
+                if inline.is_some() {
+                    return Err(CliError::UnexpectedValue(opt));
+                }
+                if plan.json {
+                    return Err(CliError::Repeated(opt));
+                }
+                plan.json = true;
             }
             _ => return Err(CliError::UnknownOption(arg)),
         }
@@ -290,6 +332,16 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Cli
             dry_run,
             rate,
             verify,
+        },
+        Sub::Plan => Command::Plan {
+            config,
+            options: crate::plan::PlanOptions {
+                node_memory: node_memory.unwrap_or(plan.node_memory),
+                headroom_percent: headroom.unwrap_or(plan.headroom_percent),
+                sample: sample.unwrap_or(plan.sample),
+                rate: rate.unwrap_or(plan.rate),
+                ..plan
+            },
         },
     })
 }

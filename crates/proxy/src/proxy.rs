@@ -20,6 +20,11 @@ pub struct Settings {
     pub limits: ParseLimits,
     pub allow_flush_all: bool,
     pub idle_timeout: Option<Duration>,
+    /// `server.drain_timeout_ms`: how long a connection drains after SIGTERM.
+    pub drain_timeout: Duration,
+    /// `server.drain_quiet_ms`: a draining connection with everything
+    /// answered closes once its client has sent nothing this long.
+    pub drain_quiet: Duration,
     pub max_pending_replies: usize,
     pub max_pending_bytes: usize,
     pub near_cache: crate::near_cache::store::Limits,
@@ -40,6 +45,8 @@ impl Settings {
             allow_flush_all: server.allow_flush_all,
             idle_timeout: (server.idle_timeout_ms > 0)
                 .then(|| Duration::from_millis(server.idle_timeout_ms)),
+            drain_timeout: Duration::from_millis(server.drain_timeout_ms),
+            drain_quiet: Duration::from_millis(server.drain_quiet_ms),
             max_pending_replies: server.max_pending_replies,
             max_pending_bytes: server.max_pending_bytes,
             resp_password: server.resp_password.as_deref().map(Arc::from),
@@ -93,6 +100,10 @@ impl Proxy {
                 threads,
                 max_connections: server.max_connections,
                 version: VERSION,
+                resp_port: server
+                    .resp_listen
+                    .or(server.resp_tls_listen)
+                    .map_or(0, |a| a.port()),
             },
             cas_seed,
             shutdown,

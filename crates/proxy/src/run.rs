@@ -136,6 +136,13 @@ async fn serve(path: PathBuf, config: Config, threads: usize) -> Result<(), Prox
     for l in listeners {
         let _ = l.await;
     }
+    let dropped = proxy
+        .stats
+        .drain_dropped
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if dropped > 0 {
+        tracing::warn!(dropped, "drain timeout: requests read but left unanswered");
+    }
     // Shadow writes still queued keep the other backend warm for a
     // rollback: give them the same bound as the drain.
     let migration = proxy.router.migration();

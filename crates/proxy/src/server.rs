@@ -11,10 +11,11 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::Config;
+use crate::conn::End as SessionEnd;
 use crate::error::ProxyError;
 use crate::proxy::Proxy;
 use crate::resp::RespSession;
-use crate::session::{Session, SessionEnd};
+use crate::session::Session;
 use crate::stats::bump;
 use crate::tls::ServerTls;
 
@@ -26,6 +27,12 @@ pub enum Front {
     /// RESP2/RESP3 (`server.resp_listen`, `server.resp_tls_listen`).
     Resp,
 }
+
+/// How long past the drain deadline the listener waits for its connections
+/// before aborting them: at the deadline each one drops what is still
+/// unanswered and closes after writing the replies it has rendered, which a
+/// client that does not read may hold up.
+const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What memcached writes before closing a connection over its limit.
 const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
@@ -76,8 +83,10 @@ pub async fn start_tls(
     Ok(Some(tls))
 }
 
-/// Accept until shutdown; then wait for sessions to drain (they stop reading
-/// and finish what is in flight) for at most `drain`.
+/// Accept until shutdown; then wait for sessions to drain (they answer what
+/// their clients send until the client goes quiet or the drain deadline;
+/// see `conn`) for at most `drain` (or the live `server.drain_timeout_ms`
+/// if longer) and `DRAIN_GRACE`.
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
@@ -192,6 +201,7 @@ async fn accept_loop(
         }
     }
     drop(listener);
+    let drain = drain.max(proxy.settings.load().drain_timeout) + DRAIN_GRACE;
     let drained = tokio::time::timeout(drain, async {
         while sessions.join_next().await.is_some() {}
     })

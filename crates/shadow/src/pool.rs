@@ -529,8 +529,21 @@ where
             .get(server)
             .map(|s| s.addr.clone())
             .ok_or(LegacyError::NoSuchServer(server))?;
-        metadump(&addr, self.settings, each).await
+        metadump(&addr, self.settings, None, each).await
     }
+}
+
+/// `lru_crawler metadump all` of the server at `addr` on a connection of its
+/// own, handing each entry to `each`; with `rate`, read no faster than that
+/// many entries per second (the crawler waits while its output is not read,
+/// so this paces the server's walk too: `memshift plan`).
+pub async fn metadump_paced(
+    addr: &str,
+    settings: PoolSettings,
+    rate: Option<u64>,
+    each: impl FnMut(DumpEntry),
+) -> Result<(), LegacyError> {
+    metadump(addr, settings, rate, each).await
 }
 
 /// How long a metadump may go without a byte before it is abandoned (the
@@ -542,11 +555,14 @@ const METADUMP_BUSY_RETRIES: u32 = 20;
 async fn metadump(
     addr: &str,
     settings: PoolSettings,
+    rate: Option<u64>,
     mut each: impl FnMut(DumpEntry),
 ) -> Result<(), LegacyError> {
     let idle = settings.timeout.max(METADUMP_IDLE);
     let mut attempt = 0;
     loop {
+        let started = tokio::time::Instant::now();
+        let mut listed = 0u64;
         let mut stream =
             match tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => s,
@@ -569,6 +585,7 @@ async fn metadump(
                 used_total += used;
                 match unit {
                     Response::Metadump(entry) => {
+                        listed += 1;
                         entry.decoded_key(&mut key)?;
                         each(DumpEntry {
                             key: Bytes::copy_from_slice(&key),
@@ -599,6 +616,10 @@ async fn metadump(
                 Some(Err(LegacyError::CrawlerBusy)) if attempt < METADUMP_BUSY_RETRIES => break,
                 Some(result) => return result,
                 None => {}
+            }
+            if let Some(rate) = rate.filter(|r| *r > 0) {
+                let due = started + Duration::from_secs_f64(listed as f64 / rate as f64);
+                tokio::time::sleep_until(due).await;
             }
             buf.reserve(16 * 1024);
             match tokio::time::timeout(idle, stream.read_buf(&mut buf)).await {

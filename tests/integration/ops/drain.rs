@@ -1,11 +1,14 @@
 //! SIGTERM: stop accepting, finish what is in flight, exit 0.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use memshift_tests::ops_support::{accepts_connections, mc_stats, pause_redis, wait_until};
-use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, Unit};
+use memshift_tests::resp_proxy::start_resp_memshift;
+use memshift_tests::{escape, require_tools, Cluster, ClusterOptions, RedisServer, Unit};
 
-use super::{key, opts, value, write_and_place, POLL, REACT};
+use super::{key, opts, resp_command, value, write_and_place, POLL, REACT};
 
 const IN_FLIGHT: usize = 100;
 /// How long the slowed shard holds every command.
@@ -173,16 +176,29 @@ fn drain_is_bounded_by_drain_timeout() {
         log.contains("drain timeout"),
         "no drain-timeout log line:\n{log}"
     );
-    // One connection (the stuck get's) was cut off; the stats clients had
-    // closed theirs before SIGTERM.
+    // One request (the stuck get) was dropped at the deadline: its
+    // connection closed at the request boundary (nothing half-written),
+    // so none had to be aborted.
     let line = log
         .lines()
         .find(|l| l.contains("drain timeout"))
         .unwrap_or_default();
     assert!(
-        line.contains("remaining=1"),
-        "the drain-timeout line does not count the one aborted connection: {line}\n{log}"
+        line.contains("dropped=1"),
+        "the drain-timeout line does not count the one dropped request: {line}\n{log}"
     );
+    assert!(
+        !log.contains("closing remaining connections"),
+        "a connection had to be aborted:\n{log}"
+    );
+    let (rest, closed) =
+        c.read_until_closed_or_idle(Duration::from_secs(5), Duration::from_secs(5));
+    assert!(
+        rest.is_empty(),
+        "a reply to the dropped get: {}",
+        escape(&rest, 200)
+    );
+    assert!(closed, "the connection of the dropped get was not closed");
     eprintln!("bounded drain: exited {took:?} after SIGTERM (drain_timeout_ms = {DRAIN_MS})");
 }
 
@@ -261,4 +277,210 @@ fn sigterm_answers_every_request_already_read() {
         .expect("memshift did not exit after SIGTERM");
     assert_eq!(status.code(), Some(0), "exit status: {status}");
     eprintln!("drain: read {complete} complete requests, answered {answered}");
+}
+
+/// Issue 24: a draining connection goes on reading what its client sent.
+/// The shard of the keys held for `HOLD_MS` (one shard: every get waits on
+/// it, as a client's keys on a slow shard do); a client writes
+/// `DRAIN_REQUESTS` gets in one write; SIGTERM `SIGTERM_AFTER_MS` later:
+/// every get is answered, in order, then the connection closes and memshift
+/// exits 0 (before: 1,664 answered, the bytes of the session's first reads).
+/// Rounds per protocol: `MEMSHIFT_DRAIN_ROUNDS` (default 2).
+const DRAIN_REQUESTS: usize = 3000;
+const HOLD_MS: u64 = 350;
+const SIGTERM_AFTER_MS: u64 = 130;
+
+fn drain_rounds() -> usize {
+    std::env::var("MEMSHIFT_DRAIN_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
+/// The memcached side of the scenario (`dp:N` keys, values `dp-value-N-0`).
+#[test]
+fn sigterm_answers_a_pipelined_batch_still_in_the_socket_memcached() {
+    if !require_tools(
+        "sigterm_answers_a_pipelined_batch_still_in_the_socket_memcached",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    for round in 0..drain_rounds() {
+        let mut cluster = Cluster::start_with(ClusterOptions {
+            timeout_ms: 10_000,
+            ..opts(1, "drain_timeout_ms = 15000", "")
+        });
+        write_and_place(&cluster, "dp", DRAIN_REQUESTS, 0);
+        let mut request = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..DRAIN_REQUESTS {
+            let (k, v) = (key("dp", i), value("dp", i, 0));
+            request.extend_from_slice(format!("get {k}\r\n").as_bytes());
+            expected.extend_from_slice(format!("VALUE {k} 0 {}\r\n", v.len()).as_bytes());
+            expected.extend_from_slice(&v);
+            expected.extend_from_slice(b"\r\nEND\r\n");
+        }
+        let shard = &cluster.shards[0];
+        let got = drain_round(cluster.addr(), shard, &request, || {
+            cluster.memshift.sigterm()
+        });
+        check_drained(
+            round,
+            "memcached",
+            &got,
+            &expected,
+            b"VALUE ",
+            &mut cluster.memshift,
+        );
+    }
+}
+
+/// The RESP side: `GET dp:N` × 3,000 on the RESP port.
+#[test]
+fn sigterm_answers_a_pipelined_batch_still_in_the_socket_resp() {
+    if !require_tools(
+        "sigterm_answers_a_pipelined_batch_still_in_the_socket_resp",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    for round in 0..drain_rounds() {
+        let shards = [RedisServer::start()];
+        let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
+        let (mut memshift, resp_port, _) = start_resp_memshift(&addrs, |o| {
+            o.timeout_ms = 10_000;
+            o.server_extra.push_str("drain_timeout_ms = 15000\n");
+        });
+        let addr = format!("127.0.0.1:{resp_port}");
+        let mut request = Vec::new();
+        let mut expected = Vec::new();
+        let mut sets = Vec::new();
+        for i in 0..DRAIN_REQUESTS {
+            let (k, v) = (key("dp", i), value("dp", i, 0));
+            sets.extend_from_slice(&resp_command(&[b"SET", k.as_bytes(), &v]));
+            request.extend_from_slice(&resp_command(&[b"GET", k.as_bytes()]));
+            expected.extend_from_slice(format!("${}\r\n", v.len()).as_bytes());
+            expected.extend_from_slice(&v);
+            expected.extend_from_slice(b"\r\n");
+        }
+        let mut setter = TcpStream::connect(&addr).expect("connect RESP port");
+        setter
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        setter.write_all(&sets).expect("send the sets");
+        let want = b"+OK\r\n".repeat(DRAIN_REQUESTS);
+        let mut got = vec![0u8; want.len()];
+        setter.read_exact(&mut got).expect("read the sets' replies");
+        assert_eq!(got, want, "the sets were not all stored");
+        drop(setter);
+        let got = drain_round(&addr, &shards[0], &request, || memshift.sigterm());
+        check_drained(round, "RESP", &got, &expected, b"$", &mut memshift);
+    }
+}
+
+/// Hold `shard`, write `request` in one write, SIGTERM (through `sigterm`)
+/// `SIGTERM_AFTER_MS` later, and read everything until memshift closes.
+fn drain_round(addr: &str, shard: &RedisServer, request: &[u8], sigterm: impl FnOnce()) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    pause_redis(shard, HOLD_MS);
+    let start = Instant::now();
+    s.write_all(request).expect("send the batch");
+    std::thread::sleep(Duration::from_millis(SIGTERM_AFTER_MS).saturating_sub(start.elapsed()));
+    sigterm();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) => panic!("reading the replies: {e} after {} bytes", got.len()),
+    }
+    got
+}
+
+fn check_drained(
+    round: usize,
+    front: &str,
+    got: &[u8],
+    expected: &[u8],
+    reply_start: &[u8],
+    memshift: &mut memshift_tests::Memshift,
+) {
+    let answered = got
+        .windows(reply_start.len())
+        .filter(|w| *w == reply_start)
+        .count();
+    assert!(
+        got == expected,
+        "{front} round {round}: {answered} of {DRAIN_REQUESTS} answered before the close \
+         ({} of {} bytes; first difference at {:?})\n{}",
+        got.len(),
+        expected.len(),
+        got.iter().zip(expected).position(|(a, b)| a != b),
+        memshift.stderr()
+    );
+    let status = memshift
+        .wait_exit(Duration::from_secs(30))
+        .expect("memshift did not exit after SIGTERM");
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    let log = memshift.stderr();
+    assert!(
+        !log.contains("drain timeout"),
+        "{front} round {round}: the drain hit its timeout:\n{log}"
+    );
+    eprintln!("{front} drain round {round}: {answered} of {DRAIN_REQUESTS} answered, then closed");
+}
+
+/// Issue 24: draining, a connection goes on answering a client that keeps
+/// talking (gaps shorter than `drain_quiet_ms`), and closes once the client
+/// has been quiet that long (before: closed at SIGTERM between requests).
+#[test]
+fn draining_connection_serves_until_the_client_goes_quiet() {
+    if !require_tools(
+        "draining_connection_serves_until_the_client_goes_quiet",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    /// Long enough that the test's own gaps (a loaded box) stay under it.
+    const QUIET_MS: u64 = 1500;
+    const REQUESTS: usize = 15;
+    let mut cluster = Cluster::start_with(opts(
+        1,
+        &format!("drain_timeout_ms = 20000\ndrain_quiet_ms = {QUIET_MS}"),
+        "",
+    ));
+    let mut c = cluster.client();
+    c.set_read_timeout(Duration::from_secs(10))
+        .expect("read timeout");
+    c.set("talk", b"on").expect("set");
+    cluster.memshift.sigterm();
+    wait_until(REACT, POLL, "the listener to close after SIGTERM", || {
+        (!accepts_connections(cluster.addr())).then_some(())
+    });
+    for i in 0..REQUESTS {
+        let got = c.get("talk").unwrap_or_else(|e| {
+            panic!("get {i} while draining: {e}\n{}", cluster.memshift.stderr())
+        });
+        assert_eq!(got.as_deref(), Some(&b"on"[..]), "get {i} while draining");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Quiet now: the connection closes after about QUIET_MS.
+    let quiet_from = Instant::now();
+    let (rest, closed) =
+        c.read_until_closed_or_idle(Duration::from_secs(10), Duration::from_secs(10));
+    let took = quiet_from.elapsed();
+    assert!(rest.is_empty(), "unasked bytes: {}", escape(&rest, 200));
+    assert!(closed, "the quiet connection was not closed");
+    // It counts from memshift's last reply, a little before `quiet_from`.
+    assert!(
+        took >= Duration::from_millis(QUIET_MS / 2),
+        "closed {took:?} into the quiet period of {QUIET_MS} ms"
+    );
+    let status = cluster
+        .memshift
+        .wait_exit(Duration::from_secs(20))
+        .expect("memshift did not exit after the drain");
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    eprintln!("draining: {REQUESTS} requests answered, closed {took:?} after the last");
 }

@@ -9,6 +9,8 @@
 //! * `faults`: kills, pauses, reloads, SIGTERM and a slow consumer under a
 //!   verifying load (no cross-talk, no stale values, no lost writes).
 //! * `slow_consumer`: a client that never reads does not stall the others.
+//! * `resp_faults`: a slow consumer, an abort storm and hostile bytes on the
+//!   RESP port (drain on both ports: `drain`).
 //!
 //! Everything runs against real `redis-server` and `memshift` processes;
 //! every wait is a poll with a deadline.
@@ -18,6 +20,7 @@ mod faults;
 mod health;
 mod limits;
 mod reload;
+mod resp_faults;
 mod slow_consumer;
 
 use std::time::Duration;
@@ -105,4 +108,15 @@ fn assert_get(c: &mut McClient, key: &str, want: Option<&[u8]>, context: &str) {
         got.as_deref().map(String::from_utf8_lossy),
         want.map(String::from_utf8_lossy)
     );
+}
+
+/// A RESP request (a multibulk of `args`).
+fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
 }

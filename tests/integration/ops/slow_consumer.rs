@@ -47,6 +47,41 @@ fn small_receive_buffer(s: &TcpStream) {
     assert_eq!(rc, 0, "setsockopt(SO_RCVBUF)");
 }
 
+/// A client that writes `request` (in a thread) and never reads, through a
+/// 4 KiB receive buffer; memshift (`pid`, `admin_port`) is watched for
+/// `run_for`. Returns when it closed the client as a slow consumer (from
+/// the first write), and memshift's peak RSS.
+pub(super) fn never_reading_client(
+    addr: &str,
+    request: Vec<u8>,
+    admin_port: u16,
+    pid: u32,
+    run_for: Duration,
+) -> (Option<Duration>, u64) {
+    let slow = TcpStream::connect(addr).expect("connect the slow client");
+    small_receive_buffer(&slow);
+    slow.set_write_timeout(Some(Duration::from_secs(30)))
+        .expect("write timeout");
+    let started = Instant::now();
+    let writer = {
+        let mut s = slow.try_clone().expect("clone");
+        thread::spawn(move || s.write_all(&request))
+    };
+    let mut peak = vm_rss_kib(pid);
+    let closed = poll_until(Duration::from_secs(30), POLL, || {
+        peak = peak.max(vm_rss_kib(pid));
+        (metric(admin_port, "memshift_slow_consumers_total") >= 1.0).then_some(())
+    });
+    let closed_after = closed.map(|()| started.elapsed());
+    while started.elapsed() < run_for {
+        peak = peak.max(vm_rss_kib(pid));
+        thread::sleep(POLL);
+    }
+    drop(slow);
+    let _ = writer.join();
+    (closed_after, peak)
+}
+
 /// One request of the other client: the reply it must get, or why not.
 fn check(c: &mut McClient, keys: &[(&str, &[u8])]) -> Result<(), String> {
     let names: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
@@ -130,30 +165,15 @@ fn slow_consumer_does_not_stall_or_fail_other_clients() {
     };
 
     // The slow client: 10,000 pipelined gets of the big value, never read.
-    let slow = TcpStream::connect(cluster.addr()).expect("connect the slow client");
-    small_receive_buffer(&slow);
-    slow.set_write_timeout(Some(Duration::from_secs(30)))
-        .expect("write timeout");
-    let started = Instant::now();
-    let writer = {
-        let mut s = slow.try_clone().expect("clone");
-        thread::spawn(move || s.write_all(&b"get big\r\n".repeat(SLOW_GETS)))
-    };
-
-    let mut peak = rss_before;
-    let closed = poll_until(Duration::from_secs(30), POLL, || {
-        peak = peak.max(vm_rss_kib(pid));
-        (metric(cluster.admin_port, "memshift_slow_consumers_total") >= 1.0).then_some(())
-    });
-    let closed_after = closed.map(|()| started.elapsed());
-    while started.elapsed() < RUN_FOR {
-        peak = peak.max(vm_rss_kib(pid));
-        thread::sleep(POLL);
-    }
+    let (closed_after, peak) = never_reading_client(
+        cluster.addr(),
+        b"get big\r\n".repeat(SLOW_GETS),
+        cluster.admin_port,
+        pid,
+        RUN_FOR,
+    );
     stop.store(true, Ordering::Relaxed);
     let (requests, slowest, failures) = other.join().expect("other client panicked");
-    drop(slow);
-    let _ = writer.join();
     let growth = peak.saturating_sub(rss_before);
     eprintln!(
         "slow consumer closed after {closed_after:?}; other client: {requests} requests, \

@@ -10,7 +10,12 @@ use memshift_tests::{redis_py_python, require_tools, run_with_timeout, RedisServ
 const WORKLOAD_PY: &str = include_str!("workload.py");
 const WORKLOAD_CLI: &str = include_str!("workload.redis-cli");
 
-fn redis_py(python: &std::path::Path, script: &std::path::Path, port: u16, proto: u8) -> String {
+pub(super) fn redis_py(
+    python: &std::path::Path,
+    script: &std::path::Path,
+    port: u16,
+    proto: u8,
+) -> String {
     let mut cmd = Command::new(python);
     cmd.arg(script)
         .arg("127.0.0.1")

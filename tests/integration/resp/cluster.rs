@@ -225,7 +225,7 @@ fn resp_over_cluster(name: &str, extra_tables: &str) {
         msetnx.push(b"1");
     }
     refused(&mut m, &msetnx);
-    refused(&mut m, &[b"KEYS", b"*"]);
+    refused(&mut m, &[b"CONFIG", b"SET", b"save", b""]);
     refused(&mut m, &[b"EVAL", b"return 1", b"2", b"ck:1", b"ck:2"]);
     refused(&mut m, &[b"CLUSTER", b"NODES"]);
     assert_eq!(

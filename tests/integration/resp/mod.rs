@@ -6,6 +6,7 @@ mod clients;
 mod cluster;
 mod cross_protocol;
 mod hostile;
+mod keyspace;
 mod near_cache;
 mod refused;
 mod transactions;

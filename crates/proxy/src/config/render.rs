@@ -19,6 +19,7 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("idle_timeout_ms", s.idle_timeout_ms);
     o.raw("threads", s.threads);
     o.raw("drain_timeout_ms", s.drain_timeout_ms);
+    o.raw("drain_quiet_ms", s.drain_quiet_ms);
     o.raw("allow_flush_all", s.allow_flush_all);
     o.raw("max_pending_replies", s.max_pending_replies);
     o.raw("max_pending_bytes", s.max_pending_bytes);

@@ -25,6 +25,9 @@ pub struct ServerConfig {
     pub threads: usize,
     /// On SIGTERM, how long in-flight requests may take to finish.
     pub drain_timeout_ms: u64,
+    /// Draining: a connection with everything answered closes once its
+    /// client has sent nothing this long.
+    pub drain_quiet_ms: u64,
     /// false: `flush_all` is refused.
     pub allow_flush_all: bool,
     /// Replies a client may have queued before it is closed as a slow consumer.
@@ -73,6 +76,7 @@ impl Default for ServerConfig {
             idle_timeout_ms: 0,
             threads: 0,
             drain_timeout_ms: 10_000,
+            drain_quiet_ms: 100,
             allow_flush_all: true,
             max_pending_replies: 10_000,
             max_pending_bytes: 64 * 1024 * 1024,

@@ -71,6 +71,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(c.server.idle_timeout_ms, 0);
     assert_eq!(c.server.threads, 0);
     assert_eq!(c.server.drain_timeout_ms, 10_000);
+    assert_eq!(c.server.drain_quiet_ms, 100);
     assert!(c.server.allow_flush_all);
     assert_eq!(c.server.max_pending_replies, 10_000);
     assert_eq!(c.server.max_line_length, 2048);
@@ -794,6 +795,14 @@ fn server_limits_are_checked() {
     assert_mentions(
         &invalid(|c| c.server.max_pending_replies = 0),
         &["server.max_pending_replies"],
+    );
+    assert_mentions(
+        &invalid(|c| c.server.drain_quiet_ms = 0),
+        &["server.drain_quiet_ms", "0"],
+    );
+    assert_mentions(
+        &invalid(|c| c.server.drain_quiet_ms = 60_001),
+        &["server.drain_quiet_ms", "60001"],
     );
     assert_mentions(
         &invalid(|c| c.server.max_line_length = 100),

@@ -17,6 +17,8 @@ const MAX_CONNECTIONS_PER_BACKEND: usize = 64;
 const MIN_LINE_LENGTH: usize = 512;
 const MAX_LINE_LENGTH: usize = 1024 * 1024;
 const MAX_THREADS: usize = 1024;
+/// Longest quiet period a draining connection waits for (a minute).
+const MAX_DRAIN_QUIET_MS: u64 = 60_000;
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 type Check = Result<(), String>;
@@ -70,6 +72,12 @@ fn server(c: &Config) -> Check {
         return Err(format!(
             "server.threads: {} is too many; must be 0 (one per core) to {MAX_THREADS}",
             s.threads
+        ));
+    }
+    if !(1..=MAX_DRAIN_QUIET_MS).contains(&s.drain_quiet_ms) {
+        return Err(format!(
+            "server.drain_quiet_ms: {} is out of range; must be 1 to {MAX_DRAIN_QUIET_MS}",
+            s.drain_quiet_ms
         ));
     }
     at_least(

@@ -231,7 +231,7 @@ async fn copy(config: &Config, options: CopyOptions) -> Result<CopySummary, Prox
 
 /// `--rate`: wait until item `n` (from 0) may start, no earlier than
 /// `n / rate` seconds after `started`; no wait without a rate.
-async fn pace(rate: Option<u64>, started: Instant, n: u64) {
+pub(crate) async fn pace(rate: Option<u64>, started: Instant, n: u64) {
     if let Some(rate) = rate.filter(|r| *r > 0) {
         let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
         tokio::time::sleep_until(due.into()).await;

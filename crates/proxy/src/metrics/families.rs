@@ -72,6 +72,7 @@ pub const SLOW_CONSUMERS: &str = "memshift_slow_consumers_total";
 pub const DEDICATED_CONNECTIONS: &str = "memshift_redis_dedicated_connections";
 pub const DEDICATED_REFUSED: &str = "memshift_redis_dedicated_refused_total";
 pub const DRAIN_ABORTED: &str = "memshift_drain_aborted_connections_total";
+pub const DRAIN_DROPPED: &str = "memshift_drain_dropped_total";
 pub const SHADOW_WRITES: &str = "memshift_shadow_writes_total";
 pub const SHADOW_BREAKER_OPEN: &str = "memshift_shadow_breaker_open";
 pub const COMPARE: &str = "memshift_compare_total";
@@ -83,7 +84,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 21] = [
+pub const FAMILIES: [(&str, &str, &str); 22] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -144,6 +145,11 @@ pub const FAMILIES: [(&str, &str, &str); 21] = [
         DRAIN_ABORTED,
         "counter",
         "Client connections closed at shutdown because drain_timeout_ms ran out before they finished.",
+    ),
+    (
+        DRAIN_DROPPED,
+        "counter",
+        "Requests read from clients but left unanswered when drain_timeout_ms ran out.",
     ),
     (
         SHADOW_WRITES,

@@ -62,6 +62,7 @@ pub struct Metrics {
     dedicated_in_use: Gauge,
     dedicated_refused: Counter,
     drain_aborted: Counter,
+    drain_dropped: Counter,
     /// `[backend][result]`
     shadow_writes: [[Counter; ShadowResult::LABELS.len()]; Backend::ALL.len()],
     breaker_open: [Gauge; Backend::ALL.len()],
@@ -126,6 +127,7 @@ impl Metrics {
             dedicated_in_use: gauge(r, DEDICATED_CONNECTIONS, &[]),
             dedicated_refused: counter(r, DEDICATED_REFUSED, &[]),
             drain_aborted: counter(r, DRAIN_ABORTED, &[]),
+            drain_dropped: counter(r, DRAIN_DROPPED, &[]),
             shadow_writes: Backend::ALL.map(|b| {
                 ShadowResult::LABELS.map(|result| {
                     counter(
@@ -244,6 +246,11 @@ impl Metrics {
     /// `n` connections were still open when the drain timeout ran out.
     pub fn drain_aborted(&self, n: usize) {
         self.drain_aborted.increment(n as u64);
+    }
+
+    /// `n` requests read were left unanswered at the drain deadline.
+    pub fn drain_dropped(&self, n: usize) {
+        self.drain_dropped.increment(n as u64);
     }
 
     #[inline]

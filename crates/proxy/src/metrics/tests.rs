@@ -321,6 +321,7 @@ fn connections_gauge_goes_up_and_down() {
     m.connection_rejected();
     m.slow_consumer_closed();
     m.drain_aborted(3);
+    m.drain_dropped(5);
     let text = m.render();
     assert_eq!(value(&text, "memshift_client_connections"), 1.0);
     assert_eq!(value(&text, "memshift_client_connections_total"), 2.0);
@@ -330,6 +331,7 @@ fn connections_gauge_goes_up_and_down() {
         value(&text, "memshift_drain_aborted_connections_total"),
         3.0
     );
+    assert_eq!(value(&text, "memshift_drain_dropped_total"), 5.0);
 }
 
 #[test]

@@ -16,28 +16,21 @@
 mod cmd;
 mod pending;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use memshift_protocol::resp::reply::{self as out, RespVersion};
 use memshift_protocol::resp::request::{RequestLimits, RequestParser, MAX_REQUEST_ARGS};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
+use crate::conn::{self, End, Queue, ReplyChannel, State};
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
-use crate::session::SessionEnd;
 use cmd::near_before_reply;
 use pending::{NearAfter, Pending, Render};
 
-/// Requests in flight before the session stops reading.
-const MAX_PENDING: usize = 1024;
-/// Output buffered before the session stops reading (the client is slow).
-const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
-const READ_CHUNK: usize = 16 * 1024;
 /// Largest incomplete request kept (Redis' default client-query-buffer-limit).
 const MAX_QUERY_BYTES: usize = 1024 * 1024 * 1024;
 
@@ -62,16 +55,13 @@ pub struct RespSession {
     command: Option<usize>,
     /// `[redis] timeout_ms`, read once per batch of requests.
     request_timeout: std::time::Duration,
-    pending: VecDeque<Pending>,
-    /// Sequence number of `pending[0]`.
-    base_seq: u64,
-    tx: mpsc::UnboundedSender<BackendReply>,
-    rx: mpsc::UnboundedReceiver<BackendReply>,
+    /// The requests read, in the client's order.
+    pending: Queue<Pending>,
+    /// Where backends send their replies (see `conn::Io::replies`).
+    replies: Option<ReplyChannel>,
+    /// The connection engine's state (closing, draining, limits).
+    conn: State,
     cas: CasGenerator,
-    /// QUIT, a protocol error, end of input or shutdown: answer what was
-    /// read, then close.
-    closing: bool,
-    read_closed: bool,
     /// MULTI/WATCH state and the request held on a connection of the
     /// session's own (`cmd::transaction`, `cmd::hold`).
     txn: cmd::TxnState,
@@ -85,7 +75,7 @@ impl RespSession {
             &id.to_le_bytes(),
         );
         let authenticated = proxy.settings.load().resp_password.is_none();
-        let (tx, rx) = mpsc::unbounded_channel();
+        let conn = State::new(&proxy);
         RespSession {
             proxy,
             id,
@@ -100,98 +90,20 @@ impl RespSession {
             args: Vec::new(),
             command: None,
             request_timeout: std::time::Duration::ZERO,
-            pending: VecDeque::new(),
-            base_seq: 0,
-            tx,
-            rx,
+            pending: Queue::default(),
+            replies: None,
+            conn,
             cas: CasGenerator::new(seed),
-            closing: false,
-            read_closed: false,
             txn: cmd::TxnState::default(),
         }
     }
 
-    /// Serve the connection until it ends.
-    pub async fn run<S>(mut self, stream: S) -> SessionEnd
+    /// Serve the connection until it ends (see `conn`).
+    pub async fn run<S>(mut self, stream: S) -> End
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let (mut rd, mut wr) = tokio::io::split(stream);
-        let mut shutdown = self.proxy.shutdown.clone();
-        let mut last_input = Instant::now();
-        loop {
-            self.hold_tick(); // EXEC, WATCH, blocking calls (cmd::hold)
-            self.flush_ready();
-            if self.closing && self.pending.is_empty() && self.wbuf.is_empty() {
-                let _ = wr.shutdown().await;
-                return if self.read_closed {
-                    SessionEnd::ClientClosed
-                } else {
-                    SessionEnd::Quit
-                };
-            }
-            let reading = !self.closing
-                && self.pending.len() < MAX_PENDING
-                && self.wbuf.len() < MAX_OUTPUT_BYTES
-                && !(self.txn.held() && self.rbuf.len() >= cmd::HELD_INPUT_LIMIT);
-            if reading && self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-                self.rbuf.reserve(READ_CHUNK);
-            }
-            let front_deadline = self
-                .pending
-                .front()
-                .filter(|p| p.waiting > 0)
-                .map(|p| p.deadline);
-            let idle_at = self
-                .proxy
-                .settings
-                .load()
-                .idle_timeout
-                .filter(|_| self.pending.is_empty() && !self.closing)
-                .map(|d| last_input + d);
-            tokio::select! {
-                biased;
-                Some(reply) = self.rx.recv() => {
-                    self.complete(reply);
-                    while let Ok(reply) = self.rx.try_recv() {
-                        self.complete(reply);
-                    }
-                    if !self.rbuf.is_empty() {
-                        self.process_input();
-                    }
-                }
-                res = wr.write(&self.wbuf), if !self.wbuf.is_empty() => match res {
-                    Ok(0) => return SessionEnd::ClientClosed,
-                    Ok(n) => {
-                        self.proxy.stats.bytes_written.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                        self.wbuf.advance(n);
-                    }
-                    Err(e) => return SessionEnd::Io(e),
-                },
-                res = rd.read_buf(&mut self.rbuf), if reading => match res {
-                    Ok(0) => {
-                        self.read_closed = true;
-                        self.closing = true;
-                    }
-                    Ok(n) => {
-                        self.proxy.stats.bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                        last_input = Instant::now();
-                        self.process_input();
-                    }
-                    Err(e) => return SessionEnd::Io(e),
-                },
-                _ = sleep_until_opt(front_deadline), if front_deadline.is_some() => {
-                    self.expire_overdue();
-                }
-                _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
-                    return SessionEnd::IdleTimeout;
-                }
-                _ = shutdown.changed(), if !self.closing => {
-                    // Drain: answer what was read, read nothing more.
-                    self.closing = true;
-                }
-            }
-        }
+        conn::run(&mut self, stream).await
     }
 
     /// Parse and dispatch every complete request in the read buffer.
@@ -202,20 +114,17 @@ impl RespSession {
             max_args: MAX_REQUEST_ARGS,
             unauthenticated: !self.authenticated,
         };
+        self.conn.load_limits(&settings);
         drop(settings);
         self.request_timeout = self.proxy.router.load().redis().request_timeout;
         // A held request (cmd::hold) stops dispatch until it is answered.
-        while !self.closing && self.pending.len() < MAX_PENDING && !self.txn.held() {
+        while !self.conn.closing && self.pending.room() && !self.txn.held() {
             match self.parser.parse(&self.rbuf, &limits) {
                 Ok(None) => {
                     // Redis' client-query-buffer-limit: close, no reply.
                     if self.rbuf.len() > MAX_QUERY_BYTES.max(limits.max_bulk_len + 1024 * 1024) {
-                        tracing::info!(
-                            bytes = self.rbuf.len(),
-                            "closing a RESP client whose request exceeds the query buffer limit"
-                        );
-                        self.rbuf.clear();
-                        self.push_ready(Render::Close);
+                        let why = "a RESP request over the query buffer limit";
+                        self.conn.refuse_input(&mut self.rbuf, why);
                     }
                     return;
                 }
@@ -245,61 +154,32 @@ impl RespSession {
         }
     }
 
-    /// Write out every finished request at the front of the queue.
-    fn flush_ready(&mut self) {
-        let mut now = None;
-        while self.wbuf.len() < MAX_OUTPUT_BYTES {
-            match self.pending.front() {
-                Some(p) if p.waiting == 0 => {}
-                _ => return,
-            }
-            let Some(mut p) = self.pending.pop_front() else {
-                return;
-            };
-            self.base_seq += 1;
-            if let Some(command) = p.command {
-                let now = *now.get_or_insert_with(Instant::now);
-                self.proxy.metrics.request(
-                    crate::metrics::Protocol::Resp,
-                    command,
-                    now.saturating_duration_since(p.started).as_secs_f64(),
-                );
-            }
-            if !matches!(p.near, NearAfter::Nothing) {
-                near_before_reply(&self.proxy, &mut p);
-            }
-            if matches!(p.render, Render::Close) {
-                self.pending.clear();
-                self.closing = true;
-                return;
-            }
-            p.render_into(&mut self.wbuf, self.version);
-        }
-    }
-
     fn complete(&mut self, reply: BackendReply) {
-        let Some(index) = reply.seq.checked_sub(self.base_seq) else {
-            return;
+        let size = reply.result.as_ref().map_or(0, |r| r.size());
+        self.pending.note_reply(size);
+        let Some(p) = self
+            .pending
+            .index_of(reply.seq)
+            .and_then(|i| self.pending.get_mut(i))
+        else {
+            return; // for a request that already timed out
         };
-        if let Some(p) = self.pending.get_mut(index as usize) {
-            p.fill(reply.part, reply.result);
-        }
-    }
-
-    /// Requests whose backends did not answer in time get a timeout.
-    fn expire_overdue(&mut self) {
-        let now = Instant::now();
-        for p in self.pending.iter_mut() {
-            if p.waiting > 0 && p.deadline <= now {
-                p.expire();
+        if p.fill(reply.part, reply.result, size) {
+            let settled = p.waiting == 0;
+            self.pending.hold(size);
+            if settled {
+                self.pending.settled();
             }
         }
     }
 
     /// Queue a reply already known (`Render::Ready` or `Close`).
     fn push_ready(&mut self, render: Render) {
+        if matches!(render, Render::Close) {
+            self.conn.closing = true;
+        }
         self.pending
-            .push_back(Pending::ready(render, self.command, Instant::now()));
+            .push_ready(Pending::ready(render, self.command, Instant::now()));
     }
 
     /// Queue an error reply (`text` starts with its code: `ERR ...`).
@@ -315,11 +195,10 @@ impl RespSession {
     /// Queue a request waiting on `parts` backend replies; returns its
     /// sequence number.
     fn push_waiting(&mut self, render: Render, parts: usize) -> u64 {
-        let seq = self.base_seq + self.pending.len() as u64;
         let timeout = self.request_timeout;
         let now = Instant::now();
         let command = self.command;
-        self.pending.push_back(Pending::waiting(
+        self.pending.push_waiting(Pending::waiting(
             render,
             parts,
             command,
@@ -327,14 +206,43 @@ impl RespSession {
             // The connection times requests out itself; this is the
             // backstop should a reply never come.
             now + timeout * 2 + std::time::Duration::from_millis(100),
-        ));
-        seq
+        ))
     }
 }
 
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+impl conn::Protocol for RespSession {
+    crate::protocol_basics!(Pending);
+
+    fn write_reply(&mut self, mut p: Pending) {
+        if !matches!(p.near, NearAfter::Nothing) {
+            near_before_reply(&self.proxy, &mut p);
+        }
+        p.render_into(&mut self.wbuf, self.version, cmd::is_served);
+    }
+
+    fn room_to_dispatch(&self) -> bool {
+        self.pending.room() && !self.txn.held()
+    }
+
+    fn may_read(&self) -> bool {
+        // Held (cmd::hold): nothing is dispatched, but input is still read
+        // (a bounded amount), so that a client leaving mid-BLPOP is noticed.
+        if self.txn.held() {
+            return self.rbuf.len() < cmd::HELD_INPUT_LIMIT;
+        }
+        self.pending.room()
+    }
+
+    fn before_turn(&mut self) {
+        self.hold_tick(); // EXEC, WATCH, blocking calls (cmd::hold)
+    }
+
+    fn front(&self) -> crate::metrics::Protocol {
+        crate::metrics::Protocol::Resp
+    }
+
+    fn give_back(&mut self) {
+        // The last request's arguments are slices of the read buffer.
+        self.args.clear();
     }
 }

@@ -10,10 +10,18 @@ use crate::near_cache::store::Ticket;
 use crate::redis::encoding;
 use crate::redis::{BackendError, Reply};
 
-type Part = Option<Result<Frame, BackendError>>;
+/// One backend reply of a request: `None` until it comes.
+pub(super) type Part = Option<Result<Frame, BackendError>>;
+
+/// A reply a command family renders itself from every part, failed ones
+/// included (INFO, CONFIG GET, SCAN, KEYS, RANDOMKEY: `cmd::info`,
+/// `cmd::config`, `cmd::keyspace`).
+pub(super) trait Gather: std::fmt::Debug + Send {
+    fn render(&self, parts: &[Part], buf: &mut BytesMut, v: RespVersion);
+}
 
 /// How a finished request is written.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) enum Render {
     /// The reply, encoded.
     Ready(Bytes),
@@ -50,22 +58,44 @@ pub(super) enum Render {
     /// COMMAND / COMMAND INFO from a shard, narrowed to what memshift
     /// serves (entries of other commands are dropped or nil).
     CommandTable { info: bool },
+    /// Rendered by the command's own family (see [`Gather`]).
+    Gather(Box<dyn Gather>),
     /// EXEC: the array's elements rendered as each queued command's reply
     /// (`cmd::transaction`); a nil (WATCH) or an error as it came.
     Exec(Vec<Render>),
 }
 
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub render: Render,
+pub struct Pending {
+    pub(super) render: Render,
     parts: PartsVec,
-    pub waiting: u32,
+    pub(super) waiting: u32,
+    /// Bytes of the replies received so far (for the slow-consumer limit).
+    bytes: usize,
     /// Index into `metrics::COMMANDS`.
-    pub command: Option<usize>,
-    pub started: Instant,
-    pub deadline: Instant,
+    pub(super) command: Option<usize>,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
     /// Near cache: what to do just before the reply is written.
-    pub near: NearAfter,
+    pub(super) near: NearAfter,
+}
+
+impl crate::conn::Entry for Pending {
+    crate::entry_basics!(Pending);
+
+    fn expire(&mut self) {
+        Pending::expire(self);
+    }
+
+    #[inline]
+    fn is_close(&self) -> bool {
+        matches!(self.render, Render::Close)
+    }
+
+    #[inline]
+    fn command(&self) -> Option<usize> {
+        self.command
+    }
 }
 
 /// `Render::Mget` slot part of a key the near cache answered.
@@ -112,11 +142,12 @@ enum PartsVec {
 }
 
 impl Pending {
-    pub fn ready(render: Render, command: Option<usize>, now: Instant) -> Pending {
+    pub(super) fn ready(render: Render, command: Option<usize>, now: Instant) -> Pending {
         Pending {
             render,
             parts: PartsVec::One(None),
             waiting: 0,
+            bytes: 0,
             command,
             started: now,
             deadline: now,
@@ -124,7 +155,7 @@ impl Pending {
         }
     }
 
-    pub fn waiting(
+    pub(super) fn waiting(
         render: Render,
         parts: usize,
         command: Option<usize>,
@@ -139,6 +170,7 @@ impl Pending {
                 PartsVec::Many((0..parts).map(|_| None).collect())
             },
             waiting: parts as u32,
+            bytes: 0,
             command,
             started: now,
             deadline,
@@ -146,27 +178,36 @@ impl Pending {
         }
     }
 
-    pub fn fill(&mut self, part: u32, result: Result<Reply, BackendError>) {
+    /// Record part `part`'s reply (`size` bytes); false if unknown or
+    /// already recorded.
+    pub(super) fn fill(
+        &mut self,
+        part: u32,
+        result: Result<Reply, BackendError>,
+        size: usize,
+    ) -> bool {
         let slot = match &mut self.parts {
             PartsVec::One(p) if part == 0 => p,
             PartsVec::Many(v) => match v.get_mut(part as usize) {
                 Some(p) => p,
-                None => return,
+                None => return false,
             },
-            PartsVec::One(_) => return,
+            PartsVec::One(_) => return false,
         };
-        if slot.is_some() {
-            return;
+        if slot.is_some() || self.waiting == 0 {
+            return false;
         }
         *slot = Some(match result {
             Ok(Reply::Redis(f)) => Ok(f),
             Ok(Reply::Memcached(_)) => Err(BackendError::ConnectionLost),
             Err(e) => Err(e),
         });
-        self.waiting = self.waiting.saturating_sub(1);
+        self.waiting -= 1;
+        self.bytes += size;
+        true
     }
 
-    pub fn expire(&mut self) {
+    pub(super) fn expire(&mut self) {
         let fill = |p: &mut Part| {
             if p.is_none() {
                 *p = Some(Err(BackendError::Timeout));
@@ -180,7 +221,7 @@ impl Pending {
     }
 
     /// Part `part`'s frame, if it came.
-    pub fn frame(&self, part: u32) -> Option<&Frame> {
+    pub(super) fn frame(&self, part: u32) -> Option<&Frame> {
         match self.parts().get(part as usize) {
             Some(Some(Ok(f))) => Some(f),
             _ => None,
@@ -194,25 +235,24 @@ impl Pending {
         }
     }
 
-    pub fn render_into(self, buf: &mut BytesMut, v: RespVersion) {
+    /// Write the reply; `served` says which commands memshift serves (for
+    /// COMMAND's table).
+    pub(super) fn render_into(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
         match &self.render {
             Render::Ready(bytes) => return buf.extend_from_slice(bytes),
             Render::Close => return,
+            Render::Gather(g) => return g.render(self.parts(), buf, v),
+            Render::Exec(_) => return self.render_exec(buf, v, served),
             _ => {}
         }
         // A backend failure answers the whole request.
         let parts = self.parts();
         for p in parts {
-            let e = match p {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => *e,
-                None => BackendError::Timeout,
-            };
-            // An EXEC given up on may have run (cmd::transaction).
-            if let (Render::Exec(_), BackendError::Timeout) = (&self.render, e) {
-                return out::error(buf, super::cmd::EXEC_UNKNOWN);
+            match p {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return backend_error(buf, *e),
+                None => return backend_error(buf, BackendError::Timeout),
             }
-            return backend_error(buf, e);
         }
         // Every part is a frame now (no allocation on the reply path).
         let frames = || {
@@ -295,15 +335,42 @@ impl Pending {
                     },
                 }
             }
-            (Render::Exec(renders), Some(Frame::Array(items))) if items.len() == renders.len() => {
-                super::cmd::render_exec(buf, renders, items, v)
-            }
             (Render::CommandTable { info }, Some(Frame::Array(entries))) => {
-                command_table(buf, entries, *info, v)
+                command_table(buf, entries, *info, v, served)
             }
             // Errors, nils and anything unexpected: as the backend sent it.
             (_, Some(f)) => out::frame(buf, f, v, Shape::Plain),
             (_, None) => out::null(buf, v),
+        }
+    }
+}
+
+impl Pending {
+    /// EXEC's reply: its array's elements each rendered as its queued
+    /// command's reply would be.
+    fn render_exec(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
+        let Render::Exec(renders) = self.render else {
+            return;
+        };
+        let reply = match self.parts {
+            PartsVec::One(p) => p,
+            PartsVec::Many(_) => None,
+        };
+        match reply {
+            Some(Ok(Frame::Array(items))) if items.len() == renders.len() => {
+                out::array(buf, items.len());
+                let started = self.started;
+                for (render, item) in renders.into_iter().zip(items) {
+                    let mut p = Pending::waiting(render, 1, None, started, started);
+                    p.fill(0, Ok(Reply::Redis(item)), 0);
+                    p.render_into(buf, v, served);
+                }
+            }
+            // A nil (a WATCHed key changed), an error (EXECABORT).
+            Some(Ok(f)) => out::frame(buf, &f, v, Shape::Plain),
+            // Given up on after EXEC was sent: it may have run.
+            None | Some(Err(BackendError::Timeout)) => out::error(buf, super::cmd::EXEC_UNKNOWN),
+            Some(Err(e)) => backend_error(buf, e),
         }
     }
 }
@@ -347,7 +414,7 @@ pub(super) fn get_range(data: &[u8], mut start: i64, mut end: i64) -> &[u8] {
     data.get(start as usize..=end as usize).unwrap_or_default()
 }
 
-fn backend_error(buf: &mut BytesMut, e: BackendError) {
+pub(super) fn backend_error(buf: &mut BytesMut, e: BackendError) {
     let text: &[u8] = match e {
         BackendError::Timeout => b"ERR memshift: backend timeout",
         BackendError::Busy => b"ERR memshift: backend busy",
@@ -358,10 +425,16 @@ fn backend_error(buf: &mut BytesMut, e: BackendError) {
 
 /// COMMAND's entries for the commands memshift serves; COMMAND INFO keeps
 /// its positions (nil for the others).
-fn command_table(buf: &mut BytesMut, entries: &[Frame], info: bool, v: RespVersion) {
+fn command_table(
+    buf: &mut BytesMut,
+    entries: &[Frame],
+    info: bool,
+    v: RespVersion,
+    is_served: fn(&[u8]) -> bool,
+) {
     let served = |e: &Frame| match e {
         Frame::Array(fields) => match fields.first() {
-            Some(Frame::Bulk(name)) => super::cmd::is_served(name),
+            Some(Frame::Bulk(name)) => is_served(name),
             _ => false,
         },
         _ => false,

@@ -8,26 +8,22 @@
 
 use tokio::io::AsyncRead;
 
-use super::pending::Op;
-use super::{read_ready, Session};
+use super::Session;
+use crate::conn::read_ready;
 
 impl Session {
     /// Settle a line `process_input` left stalled (`line_stalled`): read what
     /// is ready and parse again; close when nothing more is ready and the
     /// line is still unterminated.
     pub(super) async fn settle_stalled_line<R: AsyncRead + Unpin>(&mut self, rd: &mut R) {
-        while self.line_stalled && !self.closing && !self.draining {
+        while self.line_stalled && !self.conn.closing {
             self.line_stalled = false;
             let whole = self.proxy.settings.load().limits.max_whole_line();
             self.rbuf.reserve(whole.saturating_sub(self.rbuf.len()));
             let n = read_ready(rd, &mut self.rbuf).await;
             if n == 0 {
-                tracing::debug!(
-                    bytes = self.rbuf.len(),
-                    "closing a client whose line passed max_line_length without a newline"
-                );
-                self.rbuf.clear();
-                self.push_ready(Op::Close);
+                let why = "a line past max_line_length without a newline";
+                self.conn.refuse_input(&mut self.rbuf, why);
                 return;
             }
             self.proxy

@@ -1,7 +1,7 @@
 //! A client request waiting for its reply, in the session's order.
 
 use bytes::Bytes;
-use memshift_protocol::memcache::{ArithCommand, Keys, StorageCommand};
+use memshift_protocol::memcache::{ArithCommand, Keys, MetaCommand, MetaFlags, StorageCommand};
 use tokio::time::Instant;
 
 use crate::redis::{BackendError, Reply};
@@ -17,20 +17,20 @@ pub(super) const OWN_REPLY: u32 = u32::MAX;
 pub(super) const NEAR_HIT: u32 = u32::MAX;
 
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub op: Op,
+pub struct Pending {
+    pub(super) op: Op,
     /// Index into `metrics::COMMANDS`, or `NO_COMMAND`.
-    pub command: u8,
-    pub started: Instant,
-    pub deadline: Instant,
+    pub(super) command: u8,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
     /// Backend replies still to come.
-    pub waiting: u32,
+    pub(super) waiting: u32,
     /// Bytes of the replies received so far (for the slow-consumer limit).
-    pub bytes: usize,
-    pub results: Results,
+    pub(super) bytes: usize,
+    pub(super) results: Results,
     /// Near cache: hash of the key this request writes, invalidated again
     /// just before its reply is written (read-your-writes).
-    pub near_written: Option<u64>,
+    pub(super) near_written: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -48,13 +48,53 @@ pub(super) enum Op {
         noreply: bool,
     },
     /// mg / ms / md / ma.
-    Meta(Box<super::cmd::MetaOp>),
+    Meta(Box<MetaOp>),
     /// get/gets of one key answered by the near cache.
     NearHit {
         keys: Keys<Bytes>,
         hit: crate::near_cache::store::Hit,
         with_cas: bool,
     },
+}
+
+/// A meta command waiting for its backend.
+#[derive(Debug)]
+pub(super) struct MetaOp {
+    pub(super) command: MetaCommand,
+    /// The key (decoded under `b`).
+    pub(super) key: Bytes,
+    /// The flag tokens as sent.
+    pub(super) tokens: Bytes,
+    pub(super) flags: MetaFlags,
+    pub(super) side: Backend,
+    /// How the Redis reply reads.
+    pub(super) kind: Kind,
+    /// The CAS unique a successful write stores.
+    pub(super) new_cas: u64,
+    /// `ms`: the item as written (for the shadow).
+    pub(super) data: Bytes,
+    /// Where the write's result is replicated.
+    pub(super) shadow: Option<Backend>,
+    /// When the request was dispatched (for `t` after `T`).
+    pub(super) now: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// The meta get script: `{value, pttl, idle, won | created}`.
+    Get,
+    /// `me`: the meta get script, looking only.
+    Debug,
+    Store(StorageCommand),
+    /// `DEL`.
+    Delete,
+    /// The meta delete script.
+    DeleteCas,
+    /// `md ... I`: the meta invalidate script.
+    Invalidate,
+    Arith,
+    /// Forwarded to memcached: its reply is passed through.
+    Forwarded,
 }
 
 /// get / gets / gat / gats.
@@ -125,6 +165,25 @@ pub(super) struct Backfill {
     pub started: bool,
     /// (key index, part of its `mg` reply)
     pub lookups: Vec<(u32, u32)>,
+}
+
+impl crate::conn::Entry for Pending {
+    crate::entry_basics!(Pending);
+
+    fn expire(&mut self) {
+        self.results.fill_missing(BackendError::Timeout);
+        self.waiting = 0;
+    }
+
+    #[inline]
+    fn is_close(&self) -> bool {
+        matches!(self.op, Op::Close)
+    }
+
+    #[inline]
+    fn command(&self) -> Option<usize> {
+        (self.command != NO_COMMAND).then_some(usize::from(self.command))
+    }
 }
 
 /// A single-key write (storage, arith, delete, touch).

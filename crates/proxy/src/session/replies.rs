@@ -1,29 +1,27 @@
-//! The session's queue of requests waiting for backend replies: room to
-//! dispatch more, queueing in client order, completion by (seq, part), and
-//! timeouts.
+//! The session's side of its request queue (`conn::Queue`): room to
+//! dispatch more, queueing in client order, and completion by (seq, part).
 
 use tokio::time::Instant;
 
 use super::pending::{Op, Pending, Results};
-use super::{pool, Session, MAX_IN_FLIGHT_BYTES, MAX_WAITING};
+use super::Session;
+use crate::conn::pool;
 use crate::near_cache::coalesce;
-use crate::redis::{BackendError, BackendReply, ReplyTo};
+use crate::redis::{BackendReply, ReplyTo};
 
 impl Session {
     /// Room for another backend request: few enough in flight, by count
     /// and by expected reply bytes (a slow reader's large replies must not
     /// fill the shared backend connections; it waits for its own instead).
     pub(super) fn room_to_dispatch(&self) -> bool {
-        !self.near_through
-            && self.waiting < MAX_WAITING
-            && self.waiting.saturating_mul(self.reply_estimate) < MAX_IN_FLIGHT_BYTES
+        !self.near_through && self.pending.room()
     }
 
     pub(super) fn push_ready(&mut self, op: Op) {
         if matches!(op, Op::Close) {
-            self.closing = true;
+            self.conn.closing = true;
         }
-        self.pending.push_back(Pending {
+        self.pending.push_ready(Pending {
             op,
             command: self.current_command,
             started: self.current_start,
@@ -40,8 +38,7 @@ impl Session {
             self.push_ready(op);
             return;
         }
-        self.waiting += 1;
-        self.pending.push_back(Pending {
+        self.pending.push_waiting(Pending {
             op,
             command: self.current_command,
             started: self.current_start,
@@ -54,7 +51,7 @@ impl Session {
     }
 
     pub(super) fn next_seq(&self) -> u64 {
-        self.base_seq + self.pending.len() as u64
+        self.pending.next_seq()
     }
 
     pub(super) fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
@@ -67,45 +64,29 @@ impl Session {
     }
 
     pub(super) fn complete(&mut self, reply: BackendReply) {
-        let Some(index) = reply.seq.checked_sub(self.base_seq) else {
+        let Some(index) = self.pending.index_of(reply.seq) else {
             return; // for a request that already timed out
         };
-        let index = index as usize;
         if reply.part == coalesce::REDISPATCH {
             return self.near_redispatch(index);
         }
+        let size = reply.result.as_ref().map_or(0, |r| r.size());
+        self.pending.note_reply(size);
         let Some(pending) = self.pending.get_mut(index) else {
             return;
         };
-        let size = reply.result.as_ref().map_or(0, |r| r.size());
-        self.reply_estimate = size.max(self.reply_estimate / 2);
         if let (Op::Retrieval(r), true, 0) = (&mut pending.op, pending.waiting > 0, reply.part) {
             // Other reads of the key may be waiting for this one.
             super::cmd::land(r, &reply.result, &self.near_limits);
         }
         if pending.waiting > 0 && pending.results.set(reply.part, reply.result) {
             pending.bytes += size;
-            self.pending_bytes += size;
             pending.waiting -= 1;
-            if pending.waiting == 0 && !self.start_backfill(index) {
-                self.waiting -= 1;
+            let settled = pending.waiting == 0;
+            self.pending.hold(size);
+            if settled && !self.start_backfill(index) {
+                self.pending.settled();
             }
-        }
-    }
-
-    /// Answer every overdue request's missing parts with a timeout.
-    pub(super) fn expire_overdue(&mut self) {
-        let now = Instant::now();
-        for pending in self.pending.iter_mut() {
-            if pending.waiting == 0 {
-                continue;
-            }
-            if pending.deadline > now {
-                break;
-            }
-            pending.results.fill_missing(BackendError::Timeout);
-            pending.waiting = 0;
-            self.waiting -= 1;
         }
     }
 }

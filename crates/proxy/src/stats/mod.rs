@@ -40,6 +40,10 @@ pub struct Stats {
     pub slow_consumers_closed: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    /// Requests read but left unanswered at the drain deadline (not a
+    /// `stats` line: for the drain's closing log line; the metric is
+    /// `memshift_drain_dropped_total`).
+    pub drain_dropped: AtomicU64,
     /// `stats detail`: per-prefix counts.
     pub prefixes: PrefixStats,
     /// `stats sizes_enable|sizes_disable` (memcached: off by default).
@@ -62,6 +66,9 @@ pub struct ServerFacts {
     pub threads: usize,
     pub max_connections: usize,
     pub version: &'static str,
+    /// The RESP listener's port (`server.resp_listen`, else
+    /// `resp_tls_listen`; 0: none), RESP INFO's `tcp_port`.
+    pub resp_port: u16,
 }
 
 /// The version line memshift reports: memcached's protocol version first, so

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"time"
 
@@ -51,6 +52,17 @@ func main() {
 		pairs = append(pairs, k, "v"+k)
 	}
 	show("mset", r.MSet(ctx, pairs...))
+	// SCAN across the shards: every key once (sorted: the order is each server's own).
+	scanned := []string{}
+	iter := r.Scan(ctx, 0, "g:mk:*", 7).Iterator()
+	for iter.Next(ctx) {
+		scanned = append(scanned, iter.Val())
+	}
+	sort.Strings(scanned)
+	fmt.Printf("scan %d %v %v\n", len(scanned), scanned, iter.Err())
+	listed := r.Keys(ctx, "g:mk:1*").Val()
+	sort.Strings(listed)
+	fmt.Printf("keys %v\n", listed)
 	show("mget", r.MGet(ctx, append(keys, "g:nope")...))
 	show("exists", r.Exists(ctx, keys...))
 	show("del", r.Del(ctx, keys...))

@@ -62,8 +62,9 @@ impl RespSession {
         }
         match string2ll(&self.args[1]) {
             Some(0) => self.push_bytes(|b| out::simple(b, b"OK")),
+            // What a client library passing `db` shows its user at connect.
             Some(_) => self.push_error(
-                b"ERR SELECT is not supported by memshift: only database 0 exists (one keyspace, shared with memcached clients)",
+                b"ERR SELECT is not supported by memshift: it serves database 0 only (one keyspace, shared with memcached clients); connect without a database number",
             ),
             None => self.push_error(b"ERR value is not an integer or out of range"),
         }
@@ -213,26 +214,12 @@ impl RespSession {
                     self.push_error(&text)
                 }
             }
-            b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" => {
-                let mut text = b"ERR wrong number of arguments for 'client|".to_vec();
-                text.extend_from_slice(&sub.to_ascii_lowercase());
-                text.extend_from_slice(b"' command");
-                self.push_error(&text)
-            }
+            b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" => self.subcommand_arity_error(),
             b"TRACKING" | b"CACHING" | b"TRACKINGINFO" | b"GETREDIR" => {
-                self.refuse_client(refused::CLIENT_TRACKING)
+                self.refuse_subcommand(refused::CLIENT_TRACKING)
             }
-            _ => self.refuse_client(refused::CLIENT_OTHER),
+            _ => self.refuse_subcommand(refused::CLIENT_OTHER),
         }
-    }
-
-    fn refuse_client(&mut self, why: &str) {
-        let mut text = b"ERR CLIENT ".to_vec();
-        super::push_printable(&mut text, &self.args[1], 32);
-        text.make_ascii_uppercase();
-        text.extend_from_slice(b" is not supported by memshift: ");
-        text.extend_from_slice(why.as_bytes());
-        self.push_error(&text);
     }
 
     /// COMMAND, COMMAND COUNT, COMMAND DOCS, COMMAND INFO: what memshift
@@ -261,8 +248,8 @@ impl RespSession {
                     }
                 })
             }
-            Some(_) => self.refuse(
-                "only COMMAND, COMMAND COUNT, COMMAND DOCS, COMMAND INFO and COMMAND LIST are answered",
+            Some(_) => self.refuse_subcommand(
+                "only COMMAND, COMMAND COUNT, COMMAND DOCS, COMMAND INFO and COMMAND LIST are answered (from memshift's own command table)",
             ),
         }
     }

@@ -9,19 +9,35 @@
 //!   see its effects; a `GET` after `WATCH` must not run before the watch
 //!   is in place; a client blocked in `BLPOP` has nothing else running).
 //!
-//! While held the session still reads (up to [`HELD_INPUT_LIMIT`]), so a
-//! client that disconnects mid-`BLPOP` is noticed: the call is abandoned
-//! and the connection closed, which unblocks the shard.
+//! While held the session still reads (up to [`HELD_INPUT_LIMIT`]:
+//! `conn::Protocol::may_read`), so a client that disconnects mid-`BLPOP`
+//! is noticed: the call is abandoned and the connection closed, which
+//! unblocks the shard. The engine runs [`RespSession::hold_tick`] at the
+//! top of every turn (`conn::Protocol::before_turn`); the held request's
+//! reply comes on the session's reply channel like any backend reply,
+//! which wakes the engine.
+//!
+//! Drain (SIGTERM): a blocking call still waiting is abandoned the same
+//! way, and the client's connection closed once the replies before it are
+//! written, with no reply to the call, as Redis closes its clients when it
+//! shuts down (a client blocked with no timeout would otherwise hold the
+//! drain until its deadline). A blocking call read while draining is not
+//! sent at all.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
 use memshift_protocol::resp::Frame;
 use tokio::time::Instant;
 
+use super::super::pending::Render;
 use super::super::RespSession;
 use crate::redis::dedicated::{Dedicated, Job};
-use crate::redis::Reply;
+use crate::redis::{BackendReply, Reply};
+
+const CANCELLED: &[u8] =
+    b"ERR memshift: the blocking call was cancelled: the connection is closing";
 
 /// Input read ahead while a held request is unanswered.
 pub(in crate::resp) const HELD_INPUT_LIMIT: usize = 1024 * 1024;
@@ -86,14 +102,15 @@ impl RespSession {
         let Some(seq) = self.txn.hold.seq else {
             return;
         };
-        if self.closing && self.txn.hold.blocking {
+        if self.blocking_cancelled() {
             self.cancel_blocking(seq);
         }
         self.launch_when_due();
-        let answered = match seq.checked_sub(self.base_seq) {
-            None => true,
-            Some(i) => self.pending.get(i as usize).is_none_or(|p| p.waiting == 0),
-        };
+        let answered = self
+            .pending
+            .index_of(seq)
+            .and_then(|i| self.pending.get(i))
+            .is_none_or(|p| p.waiting == 0);
         if !answered {
             return;
         }
@@ -108,18 +125,23 @@ impl RespSession {
         }
     }
 
+    /// The session is closing (its client left) or draining: a blocking
+    /// call it holds stops.
+    fn blocking_cancelled(&self) -> bool {
+        self.txn.hold.blocking && (self.conn.closing || self.conn.draining)
+    }
+
     fn launch_when_due(&mut self) {
         let (Some(seq), true) = (self.txn.hold.seq, self.txn.hold.deferred.is_some()) else {
             return;
         };
-        let Some(index) = seq.checked_sub(self.base_seq) else {
+        let Some(index) = self.pending.index_of(seq) else {
             return;
         };
-        let before_answered = self
-            .pending
-            .iter()
-            .take(index as usize)
-            .all(|p| p.waiting == 0);
+        if self.blocking_cancelled() {
+            return; // dropped on the next turn (`cancel_blocking`)
+        }
+        let before_answered = self.pending.iter().take(index).all(|p| p.waiting == 0);
         if !before_answered {
             return;
         }
@@ -130,7 +152,7 @@ impl RespSession {
             Some(t) => self.txn.hold.connect_timeout + t + BACKSTOP_MARGIN,
             None => FOREVER,
         };
-        if let Some(p) = self.pending.get_mut(index as usize) {
+        if let Some(p) = self.pending.get_mut(index) {
             p.deadline = Instant::now() + budget;
         }
         match (&self.txn.hold.conn, self.txn.watching()) {
@@ -139,20 +161,40 @@ impl RespSession {
         }
     }
 
-    /// The session is closing (its client left, or shutdown): a blocking
-    /// call stops (the connection is closed: the shard unblocks).
+    /// The session is closing (its client left) or draining: a blocking
+    /// call stops (its connection is closed, which unblocks the shard;
+    /// one that was never sent goes back to the idle ones). Closing: the
+    /// call is answered an error, for the replies' order. Draining: the
+    /// client's connection closes after the replies before it, and the call
+    /// counts as dropped by the drain.
     fn cancel_blocking(&mut self, seq: u64) {
-        self.txn.hold.conn = None;
-        self.txn.hold.deferred = None;
         self.txn.hold.blocking = false;
-        let index = seq.checked_sub(self.base_seq);
-        if let Some(p) = index.and_then(|i| self.pending.get_mut(i as usize)) {
-            p.fill(
-                0,
-                Ok(Reply::Redis(Frame::Error(Bytes::from_static(
-                    b"ERR memshift: the blocking call was cancelled: the connection is closing",
-                )))),
-            );
+        let index = self.pending.index_of(seq);
+        let entry = index.and_then(|i| self.pending.get(i));
+        if entry.is_none_or(|p| p.waiting == 0) {
+            return; // answered already: released as usual
         }
+        let conn = self.txn.hold.conn.take();
+        if let (Some(_), Some(conn)) = (self.txn.hold.deferred.take(), conn) {
+            self.proxy.router.load().redis().dedicated.release(conn);
+        }
+        let error = Frame::Error(Bytes::from_static(CANCELLED));
+        self.complete(BackendReply {
+            seq,
+            part: 0,
+            result: Ok(Reply::Redis(error)),
+        });
+        if self.conn.closing {
+            return;
+        }
+        // Draining: nothing after it is dispatched (Redis closes its
+        // clients on shutdown).
+        self.conn.closing = true;
+        if let Some(p) = index.and_then(|i| self.pending.get_mut(i)) {
+            p.render = Render::Close;
+            p.command = None;
+        }
+        self.proxy.stats.drain_dropped.fetch_add(1, Relaxed);
+        self.proxy.metrics.drain_dropped(1);
     }
 }

@@ -2,7 +2,10 @@
 //! share (routing a key, sending to a shard, argument errors).
 //!
 //! * `connection`: answered by memshift itself (HELLO, AUTH, PING, ...).
-//! * `server`: every shard at once (DBSIZE, FLUSHDB, FLUSHALL, INFO, SCRIPT LOAD).
+//! * `server`: every shard at once (DBSIZE, FLUSHDB, FLUSHALL, SCRIPT LOAD).
+//! * `info`, `config`: INFO and CONFIG GET, memshift's own fields and the
+//!   shards' summed.
+//! * `keyspace`: walks over every shard (SCAN, KEYS, RANDOMKEY) and OBJECT.
 //! * `strings`: commands on values memcached clients share (GET, SET, INCR, ...).
 //! * `relay`: single-key commands sent to the key's shard as they came.
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
@@ -13,8 +16,11 @@
 //! * `hold`: ordering around requests answered on a held connection.
 
 mod blocking;
+mod config;
 mod connection;
 mod hold;
+mod info;
+mod keyspace;
 mod multi;
 mod near;
 mod refused;
@@ -29,7 +35,7 @@ use memshift_protocol::resp::CommandWriter;
 
 pub(super) use hold::HELD_INPUT_LIMIT;
 pub(super) use near::near_before_reply;
-pub(super) use transaction::{render_exec, TxnState, EXEC_UNKNOWN};
+pub(super) use transaction::{TxnState, EXEC_UNKNOWN};
 
 use super::pending::{NearAfter, Render};
 use super::RespSession;
@@ -55,6 +61,8 @@ enum Family {
     Transaction,
     /// BLPOP & co. (`blocking`).
     Blocking,
+    /// SCAN, KEYS, RANDOMKEY over every shard; OBJECT on its key's.
+    Keyspace,
     Refused(&'static str),
 }
 
@@ -64,7 +72,10 @@ fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
     Some(match upper {
         b"HELLO" | b"AUTH" | b"PING" | b"ECHO" | b"QUIT" | b"SELECT" | b"CLIENT" | b"COMMAND"
         | b"RESET" => (Connection, "connection"),
-        b"INFO" | b"DBSIZE" | b"FLUSHDB" | b"FLUSHALL" | b"SCRIPT" => (Server, "server"),
+        b"INFO" | b"DBSIZE" | b"FLUSHDB" | b"FLUSHALL" | b"SCRIPT" | b"CONFIG" | b"TIME" => {
+            (Server, "server")
+        }
+        b"SCAN" | b"KEYS" | b"RANDOMKEY" | b"OBJECT" => (Keyspace, "keys"),
         b"GET" | b"GETEX" | b"GETDEL" => (Strings, "get"),
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" => (Strings, "set"),
         b"INCR" | b"INCRBY" | b"INCRBYFLOAT" => (Strings, "incr"),
@@ -136,6 +147,12 @@ pub(super) const SERVED: &[&str] = &[
     "flushdb",
     "flushall",
     "script",
+    "config",
+    "time",
+    "scan",
+    "keys",
+    "randomkey",
+    "object",
     "get",
     "getex",
     "getdel",
@@ -296,6 +313,7 @@ impl RespSession {
             Family::Multi => self.multi(upper, raw),
             Family::Transaction => self.transaction(upper),
             Family::Blocking => self.blocking(upper, raw),
+            Family::Keyspace => self.keyspace(upper, raw),
             Family::Refused(why) => self.refuse(why),
         }
     }
@@ -325,6 +343,33 @@ impl RespSession {
         text.extend_from_slice(b" is not supported by memshift: ");
         text.extend_from_slice(why.as_bytes());
         self.push_error(&text);
+    }
+
+    /// `-ERR <COMMAND> <SUBCOMMAND> is not supported by memshift: <why>`.
+    fn refuse_subcommand(&mut self, why: &str) {
+        let mut text = b"ERR ".to_vec();
+        self.push_subcommand(&mut text, b' ');
+        text[4..].make_ascii_uppercase();
+        text.extend_from_slice(b" is not supported by memshift: ");
+        text.extend_from_slice(why.as_bytes());
+        self.push_error(&text);
+    }
+
+    /// `ERR wrong number of arguments for '<cmd>|<sub>' command`.
+    fn subcommand_arity_error(&mut self) {
+        let mut text = b"ERR wrong number of arguments for '".to_vec();
+        let name = text.len();
+        self.push_subcommand(&mut text, b'|');
+        text[name..].make_ascii_lowercase();
+        text.extend_from_slice(b"' command");
+        self.push_error(&text);
+    }
+
+    /// Append `<command><sep><subcommand>` as sent, printable.
+    fn push_subcommand(&self, text: &mut Vec<u8>, sep: u8) {
+        push_printable(text, &self.args[0], 32);
+        text.push(sep);
+        push_printable(text, self.args.get(1).map_or(&b""[..], |s| s), 32);
     }
 
     /// `ERR wrong number of arguments for '<cmd>' command`.
@@ -390,9 +435,12 @@ impl RespSession {
         Some(hash)
     }
 
-    fn reply_to(&self, seq: u64, part: u32) -> ReplyTo {
+    fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
+        let channel = self
+            .replies
+            .get_or_insert_with(crate::conn::pool::take_channel);
         ReplyTo {
-            tx: self.tx.clone(),
+            tx: channel.tx.clone(),
             seq,
             part,
         }
@@ -434,6 +482,7 @@ fn reads_only(name: &[u8]) -> bool {
         b"EXPIRETIME",
         b"PEXPIRETIME",
         b"TYPE",
+        b"OBJECT",
     ];
     READS.iter().any(|r| r.eq_ignore_ascii_case(name))
 }

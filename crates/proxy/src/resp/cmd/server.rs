@@ -1,15 +1,11 @@
 //! Commands on every shard: DBSIZE, FLUSHDB, FLUSHALL, SCRIPT LOAD|EXISTS;
-//! and INFO, answered by memshift.
-
-use std::fmt::Write;
-use std::sync::atomic::Ordering;
+//! INFO (`info`) and CONFIG GET (`config`) are dispatched from here.
 
 use bytes::Bytes;
 use memshift_protocol::resp::reply as out;
 
 use super::super::pending::{NearAfter, Render};
 use super::super::RespSession;
-use super::connection::REDIS_VERSION;
 
 impl RespSession {
     pub(super) fn server(&mut self, upper: &[u8]) {
@@ -18,7 +14,7 @@ impl RespSession {
             b"FLUSHDB" | b"FLUSHALL" if self.args.len() <= 2 => {
                 if !self.proxy.settings.load().allow_flush_all {
                     return self.refuse(
-                        "server.allow_flush_all = false (one client could wipe every shard)",
+                        "it is disabled by server.allow_flush_all = false (one client could wipe every shard)",
                     );
                 }
                 if let Some(mode) = self.args.get(1) {
@@ -40,8 +36,23 @@ impl RespSession {
             }
             b"SCRIPT" => self.script_admin(),
             b"INFO" => self.info(),
+            b"CONFIG" => self.config(),
+            b"TIME" if self.args.len() == 1 => self.time(),
             _ => self.arity_error(),
         }
+    }
+
+    /// TIME: memshift's clock (the shards' may differ by their drift).
+    fn time(&mut self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let (secs, micros) = (now.as_secs().to_string(), now.subsec_micros().to_string());
+        self.push_bytes(|b| {
+            out::array(b, 2);
+            out::bulk(b, secs.as_bytes());
+            out::bulk(b, micros.as_bytes());
+        });
     }
 
     /// SCRIPT LOAD goes to every shard (EVALSHA may then run on any);
@@ -52,26 +63,45 @@ impl RespSession {
             Some(b"LOAD") if self.args.len() == 3 => self.broadcast(Render::First),
             Some(b"EXISTS") if self.args.len() >= 3 => {
                 let cmd = self.encode_args();
-                let routes = self.proxy.router.load();
-                let seq = self.push_waiting(Render::Relay(Default::default()), 1);
-                routes
-                    .redis()
-                    .send(0, self.lane, cmd, self.reply_to(seq, 0));
+                self.send_to_first(cmd, Render::Relay(Default::default()));
             }
             Some(b"LOAD" | b"EXISTS") => self.arity_error(),
-            _ => self.refuse("only SCRIPT LOAD and SCRIPT EXISTS are proxied"),
+            Some(_) => self.refuse_subcommand(
+                "only SCRIPT LOAD (sent to every shard) and SCRIPT EXISTS are proxied; the others act on one Redis server's scripts",
+            ),
+            None => self.arity_error(),
         }
+    }
+
+    /// Send `cmd` to the first shard, for a command any shard answers
+    /// alike (SCRIPT EXISTS, OBJECT HELP, Redis' own argument errors).
+    pub(super) fn send_to_first(&mut self, cmd: Bytes, render: Render) {
+        let routes = self.proxy.router.load();
+        let seq = self.push_waiting(render, 1);
+        // Inside MULTI (`transaction`): queued for EXEC, not sent.
+        let Some(cmd) = self.captured(0, || None, cmd) else {
+            return;
+        };
+        routes
+            .redis()
+            .send(0, self.lane, cmd, self.reply_to(seq, 0));
     }
 
     /// Send `self.args` to every shard (every master of a cluster).
     fn broadcast(&mut self, render: Render) {
         let cmd = self.encode_args();
+        self.broadcast_cmd(cmd, |_| render);
+    }
+
+    /// Send `cmd` to every shard (every master of a cluster), part `i`
+    /// to `targets[i]`; `render` is made knowing the targets.
+    pub(super) fn broadcast_cmd(&mut self, cmd: Bytes, render: impl FnOnce(&[usize]) -> Render) {
         let routes = self.proxy.router.load();
         let targets = routes.redis().flush_targets();
         if targets.is_empty() {
             return self.push_error(b"ERR memshift: backend unavailable");
         }
-        let seq = self.push_waiting(render, targets.len());
+        let seq = self.push_waiting(render(&targets), targets.len());
         for (part, shard) in targets.into_iter().enumerate() {
             routes.redis().send(
                 shard,
@@ -80,36 +110,6 @@ impl RespSession {
                 self.reply_to(seq, part as u32),
             );
         }
-    }
-
-    /// INFO: memshift's own sections, in Redis' format, with the fields
-    /// clients probe (`redis_version`, `redis_mode`, `connected_clients`).
-    fn info(&mut self) {
-        let stats = &self.proxy.stats;
-        let facts = &self.proxy.facts;
-        let routes = self.proxy.router.load();
-        let shards = routes.redis().shards.len();
-        let up = routes.redis().shards.iter().filter(|s| s.is_up()).count();
-        let mut s = String::with_capacity(512);
-        let _ = write!(
-            s,
-            "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\n\
-             memshift_version:{}\r\nprocess_id:{}\r\nuptime_in_seconds:{}\r\n\
-             \r\n# Clients\r\nconnected_clients:{}\r\n\
-             \r\n# Stats\r\ntotal_connections_received:{}\r\ntotal_net_input_bytes:{}\r\n\
-             total_net_output_bytes:{}\r\n\
-             \r\n# Replication\r\nrole:master\r\n\
-             \r\n# Memshift\r\nmigration_phase:{}\r\nredis_shards:{shards}\r\nredis_shards_up:{up}\r\n",
-            env!("CARGO_PKG_VERSION"),
-            std::process::id(),
-            facts.started.elapsed().as_secs(),
-            stats.curr_connections.load(Ordering::Relaxed),
-            stats.total_connections.load(Ordering::Relaxed),
-            stats.bytes_read.load(Ordering::Relaxed),
-            stats.bytes_written.load(Ordering::Relaxed),
-            routes.migration().phase.as_str(),
-        );
-        self.push_bytes(|b| out::bulk(b, s.as_bytes()));
     }
 
     /// EVAL/EVALSHA(_RO) script numkeys key [key ...] arg ...: one key,
@@ -126,7 +126,7 @@ impl RespSession {
             Some(n) if n < 0 => return self.push_error(b"ERR Number of keys can't be negative"),
             Some(_) => {
                 return self.refuse(
-                    "a script must name exactly one key (numkeys = 1), to run on that key's shard",
+                    "a script must name exactly one key (numkeys 1): it runs on that key's shard, and other keys may live on others",
                 )
             }
             None => return self.push_error(b"ERR value is not an integer or out of range"),

@@ -20,15 +20,13 @@
 //! `UNWATCH`, `RESET` and the client's disconnect release it.
 
 use bytes::{BufMut, Bytes};
-use memshift_protocol::resp::reply::{self as out, RespVersion};
+use memshift_protocol::resp::reply as out;
 use memshift_protocol::resp::Frame;
-use tokio::time::Instant;
 
-use super::super::pending::{NearAfter, Pending, Render};
+use super::super::pending::{NearAfter, Render};
 use super::super::RespSession;
 use super::{lookup, upper, Family, Placed, MAX_NAME};
 use crate::redis::dedicated::{Dedicated, Job};
-use crate::redis::Reply;
 
 const EXECABORT: &[u8] = b"EXECABORT Transaction discarded because of previous errors.";
 const OTHER_SHARD: &[u8] = b"CROSSSLOT memshift: a transaction's keys must live on one shard (one slot on a cluster) and this key is not on the shard of its first key or of the WATCHed keys; put them under one {hash tag}";
@@ -182,7 +180,9 @@ impl RespSession {
                 b"ECHO" => return self.queue_keyless(2..=2),
                 _ => return self.refuse_in_multi(),
             },
+            // Walks over every shard (OBJECT has one key: it joins).
             Some(Family::Server) => return self.refuse_in_multi(),
+            Some(Family::Keyspace) if name != b"OBJECT" => return self.refuse_in_multi(),
             _ => {}
         }
         self.txn.capture = Some(Vec::new());
@@ -419,21 +419,5 @@ impl RespSession {
 
     fn push_simple(&mut self, s: &[u8]) {
         self.push_bytes(|b| out::simple(b, s));
-    }
-}
-
-/// The `EXEC` array: each element as its command's reply would be.
-pub(in crate::resp) fn render_exec(
-    buf: &mut bytes::BytesMut,
-    renders: &[Render],
-    items: &[Frame],
-    v: RespVersion,
-) {
-    out::array(buf, items.len());
-    let now = Instant::now();
-    for (render, item) in renders.iter().zip(items) {
-        let mut p = Pending::waiting(render.clone(), 1, None, now, now);
-        p.fill(0, Ok(Reply::Redis(item.clone())));
-        p.render_into(buf, v);
     }
 }

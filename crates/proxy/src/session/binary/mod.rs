@@ -34,8 +34,8 @@ use memshift_protocol::memcache::{base64, MetaCommand, MetaFlags};
 use tokio::time::Instant;
 
 use super::pending::{Op, Pending, NO_COMMAND};
-use super::pool::{self, Buffer};
 use super::Session;
+use crate::conn::pool::{self, Buffer};
 use crate::metrics::command_index;
 
 /// `scratch` gets this much more room when less than `SCRATCH_LOW` is left
@@ -105,7 +105,7 @@ impl Session {
         let limits = self.load_limits();
         let sasl = self.proxy.sasl.is_some();
         let now = Instant::now();
-        while !self.closing && self.room_to_dispatch() {
+        while !self.conn.closing && self.room_to_dispatch() {
             if !self.skip_refused() {
                 return;
             }
@@ -330,7 +330,7 @@ impl Session {
 
     /// Render a finished request as its binary response.
     pub(super) fn render_binary(&mut self, pending: Pending) {
-        let seq = self.base_seq - 1;
+        let seq = self.pending.last_popped_seq();
         while self.binary.frames.front().is_some_and(|f| f.seq < seq) {
             self.binary.frames.pop_front();
         }
@@ -340,7 +340,7 @@ impl Session {
         };
         // The text reply goes to the scratch buffer, then is re-encoded.
         if self.binary.text.capacity() == 0 {
-            self.binary.text = pool::take_buffer(Buffer::Write, super::FIRST_WRITE);
+            self.binary.text = pool::take_buffer(Buffer::Write, crate::conn::FIRST_WRITE);
         }
         std::mem::swap(&mut self.wbuf, &mut self.binary.text);
         self.render(pending);

@@ -335,7 +335,7 @@ impl Session {
         if routes.legacy().is_none() {
             return false;
         }
-        let seq = self.base_seq + index as u64;
+        let seq = self.pending.seq_of(index);
         let reply_to = self.reply_to(seq, 0);
         let Some(pending) = self.pending.get_mut(index) else {
             return false;

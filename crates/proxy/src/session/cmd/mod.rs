@@ -31,7 +31,6 @@ use super::pending::{Op, Pending};
 use super::Session;
 use crate::router::{ReplyShape, Routes, Target};
 
-pub(super) use meta::MetaOp;
 pub(super) use near::land;
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
@@ -153,8 +152,10 @@ impl Session {
     fn reserve_command_room(&mut self) {
         if self.cmd_buf.capacity() - self.cmd_buf.len() < CMD_BUF_LOW {
             if self.cmd_buf.capacity() == 0 {
-                self.cmd_buf =
-                    super::pool::take_buffer(super::pool::Buffer::Command, CMD_BUF_CHUNK);
+                self.cmd_buf = crate::conn::pool::take_buffer(
+                    crate::conn::pool::Buffer::Command,
+                    CMD_BUF_CHUNK,
+                );
             } else {
                 self.cmd_buf.reserve(CMD_BUF_CHUNK);
             }

@@ -76,6 +76,7 @@ impl Session {
         };
         let mut still = 0u32;
         let mut own_reads = Vec::new();
+        let first_seq = self.pending.seq_of(0);
         for (i, pending) in self.pending.iter_mut().enumerate() {
             let Op::Retrieval(r) = &mut pending.op else {
                 continue;
@@ -85,7 +86,7 @@ impl Session {
             };
             if joined.hash() != hash {
                 still += 1;
-            } else if coalesce::leave(joined, &tx, self.base_seq + i as u64) {
+            } else if coalesce::leave(joined, &tx, first_seq + i as u64) {
                 r.near_join = None;
                 own_reads.push(i);
             } else {
@@ -103,7 +104,7 @@ impl Session {
     /// unless this session wrote the key since (then it fails, as the read
     /// it waited for did, rather than see its own later write).
     pub(in crate::session) fn near_redispatch(&mut self, index: usize) {
-        let seq = self.base_seq + index as u64;
+        let seq = self.pending.seq_of(index);
         let Some(pending) = self.pending.get_mut(index) else {
             return;
         };
@@ -127,7 +128,7 @@ impl Session {
     /// Send the plain read of single-key get/gets `index` (it had joined
     /// another read).
     fn near_read_own(&mut self, index: usize) {
-        let seq = self.base_seq + index as u64;
+        let seq = self.pending.seq_of(index);
         let routes = self.proxy.router.load();
         let Some(Op::Retrieval(r)) = self.pending.get(index).map(|p| &p.op) else {
             return;

@@ -20,7 +20,7 @@ use memshift_protocol::memcache::{
     base64, ArithCommand, Exptime, MetaCommand, MetaFlags, MetaSetMode, StorageCommand,
 };
 
-use super::super::pending::{Op, Results, OWN_REPLY};
+use super::super::pending::{Kind, MetaOp, Op, Results, OWN_REPLY};
 use super::super::Session;
 use super::shadow::Change;
 use super::{unix_now, Tag};
@@ -28,49 +28,9 @@ use crate::near_cache::store::Hit;
 use crate::redis::encoding::STATE_KEY_BINARY;
 use crate::redis::translate::{self, Expiry, MetaArith, MetaGet, WriteOutcome};
 use crate::redis::{BackendError, Reply};
-use crate::router::{Backend, ReplyShape, Routes, Target};
+use crate::router::{ReplyShape, Routes, Target};
 use crate::stats::bump;
 use redis_reply::render_redis;
-
-/// A meta command waiting for its backend.
-#[derive(Debug)]
-pub(in crate::session) struct MetaOp {
-    command: MetaCommand,
-    /// The key (decoded under `b`).
-    key: Bytes,
-    /// The flag tokens as sent.
-    tokens: Bytes,
-    flags: MetaFlags,
-    side: Backend,
-    /// How the Redis reply reads.
-    kind: Kind,
-    /// The CAS unique a successful write stores.
-    new_cas: u64,
-    /// `ms`: the item as written (for the shadow).
-    data: Bytes,
-    /// Where the write's result is replicated.
-    shadow: Option<Backend>,
-    /// When the request was dispatched (for `t` after `T`).
-    now: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// The meta get script: `{value, pttl, idle, won | created}`.
-    Get,
-    /// `me`: the meta get script, looking only.
-    Debug,
-    Store(StorageCommand),
-    /// `DEL`.
-    Delete,
-    /// The meta delete script.
-    DeleteCas,
-    /// `md ... I`: the meta invalidate script.
-    Invalidate,
-    Arith,
-    /// Forwarded to memcached: its reply is passed through.
-    Forwarded,
-}
 
 impl Session {
     #[allow(clippy::too_many_arguments)]

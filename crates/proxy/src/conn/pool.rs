@@ -1,5 +1,6 @@
-//! Per-thread free lists for what a session needs only while it is busy:
-//! read, write and command buffers, the pending queue and the reply channel.
+//! Per-thread free lists for what a connection needs only while it is
+//! busy: read, write and command buffers, the pending queue's storage and
+//! the reply channel.
 //!
 //! A session gives these back the moment it goes quiet (nothing buffered or
 //! in flight) and takes them again with its next input, so an idle
@@ -11,11 +12,11 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::thread::LocalKey;
 
 use bytes::BytesMut;
 use tokio::sync::mpsc;
 
-use super::pending::Pending;
 use crate::redis::BackendReply;
 
 /// Entries kept per list and thread; more are freed. With
@@ -27,15 +28,15 @@ const MAX_KEPT_CAPACITY: usize = 32 * 1024;
 
 /// A session's reply channel (both ends: the session hands out clones of
 /// the sender with each backend request).
-pub(super) struct ReplyChannel {
-    pub(super) tx: mpsc::UnboundedSender<BackendReply>,
-    pub(super) rx: mpsc::UnboundedReceiver<BackendReply>,
+pub struct ReplyChannel {
+    pub tx: mpsc::UnboundedSender<BackendReply>,
+    pub rx: mpsc::UnboundedReceiver<BackendReply>,
 }
 
 /// What a buffer is for: each kind has its own list, so that a small read
 /// buffer is not handed out where a command buffer of 4 KiB is wanted.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Buffer {
+pub enum Buffer {
     Read = 0,
     Write = 1,
     Command = 2,
@@ -44,16 +45,19 @@ pub(super) enum Buffer {
 #[derive(Default)]
 struct Pool {
     buffers: [Vec<BytesMut>; 3],
-    queues: Vec<VecDeque<Pending>>,
     channels: Vec<ReplyChannel>,
 }
+
+/// A protocol's free list of queue storage (one per entry type: a
+/// `thread_local!` cannot be generic). See [`entry_basics!`](crate::entry_basics).
+pub type QueuePool<E> = RefCell<Vec<VecDeque<E>>>;
 
 thread_local! {
     static POOL: RefCell<Pool> = RefCell::new(Pool::default());
 }
 
 /// An empty buffer with room for at least `min` bytes.
-pub(super) fn take_buffer(kind: Buffer, min: usize) -> BytesMut {
+pub fn take_buffer(kind: Buffer, min: usize) -> BytesMut {
     let reused = POOL.with(|p| p.borrow_mut().buffers[kind as usize].pop());
     match reused {
         Some(mut buf) => {
@@ -65,7 +69,7 @@ pub(super) fn take_buffer(kind: Buffer, min: usize) -> BytesMut {
 }
 
 /// Keep `buf` for another session (its contents are discarded).
-pub(super) fn give_buffer(kind: Buffer, mut buf: BytesMut) {
+pub fn give_buffer(kind: Buffer, mut buf: BytesMut) {
     let capacity = buf.capacity();
     if !(256..=MAX_KEPT_CAPACITY).contains(&capacity) {
         return;
@@ -80,25 +84,24 @@ pub(super) fn give_buffer(kind: Buffer, mut buf: BytesMut) {
     });
 }
 
-pub(super) fn take_queue() -> VecDeque<Pending> {
-    POOL.with(|p| p.borrow_mut().queues.pop())
-        .unwrap_or_default()
+pub fn take_queue<E>(pool: &'static LocalKey<QueuePool<E>>) -> VecDeque<E> {
+    pool.with(|p| p.borrow_mut().pop()).unwrap_or_default()
 }
 
-pub(super) fn give_queue(mut queue: VecDeque<Pending>) {
+pub fn give_queue<E>(pool: &'static LocalKey<QueuePool<E>>, mut queue: VecDeque<E>) {
     if queue.capacity() == 0 || queue.capacity() > 1024 {
         return;
     }
     queue.clear();
-    POOL.with(|p| {
+    pool.with(|p| {
         let mut p = p.borrow_mut();
-        if p.queues.len() < KEEP {
-            p.queues.push(queue);
+        if p.len() < KEEP {
+            p.push(queue);
         }
     });
 }
 
-pub(super) fn take_channel() -> ReplyChannel {
+pub fn take_channel() -> ReplyChannel {
     POOL.with(|p| p.borrow_mut().channels.pop())
         .unwrap_or_else(|| {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -110,7 +113,7 @@ pub(super) fn take_channel() -> ReplyChannel {
 /// out (a backend holding one could otherwise deliver a stale reply, tagged
 /// with a sequence number, into another session): such a channel is handed
 /// back to its session.
-pub(super) fn give_channel(channel: ReplyChannel) -> Option<ReplyChannel> {
+pub fn give_channel(channel: ReplyChannel) -> Option<ReplyChannel> {
     if channel.tx.strong_count() != 1 || !channel.rx.is_empty() {
         return Some(channel);
     }

@@ -1,4 +1,4 @@
-//! The timer for a session's front request deadline, kept across the
+//! The timer for a connection's front request deadline, kept across the
 //! request loop's waits while the session is busy instead of a new `Sleep`
 //! per wait: each new one is inserted into (and on drop removed from) the
 //! runtime's timer wheel under a lock every connection shares. (It lives in
@@ -13,7 +13,7 @@ use tokio::time::{Instant, Sleep};
 /// the earliest one it was given and is re-armed (to the new front) only
 /// after it fires: at worst one early wake-up per timeout period, instead
 /// of a timer registration per wait.
-pub(super) struct Deadline<'a> {
+pub struct Deadline<'a> {
     sleep: Pin<&'a mut Sleep>,
     armed: Option<Instant>,
 }

@@ -1,0 +1,219 @@
+//! The connection engine every front protocol runs on (memcached text and
+//! meta, memcached binary, RESP): the read loop and its buffers, the
+//! ordered queue of pending requests, deadlines, backpressure, slow-consumer
+//! close, idle timeout and drain. A protocol (`session::Session`,
+//! `resp::RespSession`) implements [`Protocol`]: it parses the read buffer,
+//! dispatches requests, takes backend replies and renders finished requests;
+//! the engine decides when each of those happens.
+//!
+//! * `queue`: the pending requests, in the client's order, and the counts
+//!   backpressure needs.
+//! * `pool`: buffers, queue storage and reply channels shared by the
+//!   thread's connections while they are busy.
+//! * `deadline`: the one timer of a busy connection.
+//! * `serve`: the loop itself (idle wait, busy loop, drain).
+
+pub mod deadline;
+pub mod pool;
+pub mod queue;
+mod serve;
+
+use std::future::Future;
+
+use bytes::BytesMut;
+use tokio::io::AsyncRead;
+use tokio::time::Instant;
+
+use crate::metrics::Protocol as Front;
+use crate::proxy::{Proxy, Settings};
+use crate::redis::BackendReply;
+pub use pool::ReplyChannel;
+pub use queue::{Entry, Queue};
+pub use serve::{read_ready, run, FIRST_WRITE};
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub enum End {
+    ClientClosed,
+    Quit,
+    IdleTimeout,
+    SlowConsumer,
+    Shutdown,
+    Io(std::io::Error),
+}
+
+/// The engine's own state of a connection.
+#[derive(Debug)]
+pub struct State {
+    /// Answer what was read, then close (quit, a fatal protocol error, end
+    /// of input, the drain deadline): nothing more is read.
+    pub closing: bool,
+    /// The client has closed its side.
+    pub read_closed: bool,
+    /// SIGTERM: keep reading and answering until the client goes quiet
+    /// (`server.drain_quiet_ms`) or the drain deadline.
+    pub draining: bool,
+    /// When the last input arrived (the idle timeout counts from it).
+    pub last_input: Instant,
+    /// Draining: when the drain deadline (`server.drain_timeout_ms` after
+    /// SIGTERM) comes.
+    pub drain_deadline: Option<Instant>,
+    /// `server.max_pending_replies` as of the last input.
+    pub max_pending_replies: usize,
+    /// Reply bytes a client may have waiting (on top of the output buffer)
+    /// before it is closed as a slow consumer: `server.max_pending_bytes`
+    /// (at least 4 × `max_item_size`) as of the last input.
+    pub max_pending_bytes: usize,
+}
+
+impl State {
+    pub fn new(proxy: &Proxy) -> State {
+        let mut state = State {
+            closing: false,
+            read_closed: false,
+            draining: false,
+            last_input: Instant::now(),
+            drain_deadline: None,
+            max_pending_replies: 0,
+            max_pending_bytes: 0,
+        };
+        state.load_limits(&proxy.settings.load());
+        state
+    }
+
+    /// The live backpressure limits (a reload may have changed them),
+    /// copied for a batch of input.
+    pub fn load_limits(&mut self, settings: &Settings) {
+        self.max_pending_replies = settings.max_pending_replies;
+        // A client may always have a few of the largest items waiting.
+        self.max_pending_bytes = settings
+            .max_pending_bytes
+            .max(4 * settings.limits.max_item_size);
+    }
+}
+
+impl State {
+    /// The client sent what can never become a request (larger than every
+    /// limit, or a line memcached would not wait for): its input is
+    /// dropped, and the connection closes once what came before is
+    /// answered (no reply of its own, as the reference servers do).
+    pub fn refuse_input(&mut self, rbuf: &mut BytesMut, why: &'static str) {
+        tracing::info!(bytes = rbuf.len(), why, "closing a client on its input");
+        rbuf.clear();
+        self.closing = true;
+    }
+}
+
+/// The parts of a connection the engine works on, borrowed apart so that
+/// the loop can wait on the socket, the write buffer and the reply channel
+/// at once.
+pub struct Io<'a, E> {
+    pub rbuf: &'a mut BytesMut,
+    pub wbuf: &'a mut BytesMut,
+    /// Scratch space backend commands are built in (pooled with the rest).
+    pub cmd_buf: &'a mut BytesMut,
+    pub queue: &'a mut Queue<E>,
+    /// Where backends send their replies; taken from the thread's pool
+    /// with the first backend request and handed back when the connection
+    /// goes quiet, unless a backend still holds a sender.
+    pub replies: &'a mut Option<ReplyChannel>,
+    pub state: &'a mut State,
+}
+
+/// The [`Protocol`] methods every protocol answers from the same fields
+/// (`proxy`, `rbuf`, `wbuf`, `cmd_buf`, `pending`: its queue, `replies`,
+/// `conn`: the engine's state) and the same inherent methods
+/// (`process_input`, `complete`).
+#[macro_export]
+macro_rules! protocol_basics {
+    ($entry:ty) => {
+        type Entry = $entry;
+
+        fn proxy(&self) -> &$crate::proxy::Proxy {
+            &self.proxy
+        }
+
+        #[inline]
+        fn io(&mut self) -> $crate::conn::Io<'_, $entry> {
+            $crate::conn::Io {
+                rbuf: &mut self.rbuf,
+                wbuf: &mut self.wbuf,
+                cmd_buf: &mut self.cmd_buf,
+                queue: &mut self.pending,
+                replies: &mut self.replies,
+                state: &mut self.conn,
+            }
+        }
+
+        fn parse_and_dispatch(&mut self) {
+            self.process_input();
+        }
+
+        fn take_reply(&mut self, reply: $crate::redis::BackendReply) {
+            self.complete(reply);
+        }
+    };
+}
+
+/// What a front protocol provides the engine. Called through generics (no
+/// dynamic dispatch on the request path).
+pub trait Protocol {
+    type Entry: Entry;
+
+    fn proxy(&self) -> &Proxy;
+
+    fn io(&mut self) -> Io<'_, Self::Entry>;
+
+    /// Parse and dispatch every complete request in the read buffer (as
+    /// long as [`Protocol::room_to_dispatch`] and not closing).
+    fn parse_and_dispatch(&mut self);
+
+    /// A backend reply for the entry with its sequence number.
+    fn take_reply(&mut self, reply: BackendReply);
+
+    /// Render a finished entry into the write buffer (the engine has taken
+    /// it off the queue and counted it; never a close).
+    fn write_reply(&mut self, entry: Self::Entry);
+
+    /// Room to dispatch another request (the queue's window, and whatever
+    /// the protocol holds back on).
+    fn room_to_dispatch(&self) -> bool;
+
+    /// Read more input now (not closing). By default while there is room
+    /// to dispatch; a protocol that holds dispatch back for a while (RESP
+    /// waiting on a held connection) may go on reading a bounded amount,
+    /// so that a client that leaves meanwhile is noticed.
+    fn may_read(&self) -> bool {
+        self.room_to_dispatch()
+    }
+
+    /// At the top of every turn of the busy loop, before finished replies
+    /// are written: work the protocol does on its own schedule rather than
+    /// on input (RESP: launching or cancelling a request held on a
+    /// connection of its own, `resp::cmd::hold`). Its answers come on the
+    /// reply channel, which wakes the loop.
+    fn before_turn(&mut self) {}
+
+    /// The `protocol` label of its request metrics.
+    fn front(&self) -> Front;
+
+    /// Input is being consumed that is not in the read buffer (a refused
+    /// request's data still arriving): not quiet.
+    fn mid_request(&self) -> bool {
+        false
+    }
+
+    /// Hold finished replies back for now.
+    fn hold_output(&self) -> bool {
+        false
+    }
+
+    /// Before each turn of the busy loop: input the protocol held back
+    /// (and may want to read more of, without waiting).
+    fn settle_input<R: AsyncRead + Unpin>(&mut self, _rd: &mut R) -> impl Future<Output = ()> {
+        std::future::ready(())
+    }
+
+    /// Quiet: hand protocol-owned buffers back to the thread's pool.
+    fn give_back(&mut self) {}
+}

@@ -1,0 +1,370 @@
+//! The loop every connection runs, whatever its protocol.
+//!
+//! A connection alternates between idle (nothing buffered or in flight: it
+//! waits for input holding no buffers and no reply channel) and busy (the
+//! request loop, with buffers from the thread's pool, given back as soon as
+//! everything asked has been answered).
+//!
+//! Drain (SIGTERM): the connection goes on reading and answering, so that
+//! requests already sent (in flight, or still in the kernel's receive
+//! buffer) are answered; it closes at a request boundary once the client
+//! has sent nothing for `server.drain_quiet_ms` with everything answered,
+//! or at the drain deadline (`server.drain_timeout_ms`), when what is still
+//! unanswered is dropped and counted.
+
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::deadline::Deadline;
+use super::pool::{self, Buffer, ReplyChannel};
+use super::{End, Entry, Protocol};
+use crate::redis::BackendReply;
+use crate::stats::bump;
+
+/// Output buffered before replies stay queued instead (the client is not
+/// reading).
+const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+/// First read buffer of a connection: small, so that thousands of idle
+/// connections cost little; it grows by `READ_CHUNK` once traffic fills it.
+const FIRST_READ: usize = 512;
+/// First write buffer of a busy connection (replies of typical size).
+pub const FIRST_WRITE: usize = 2048;
+/// Bytes an idle connection reads into its (task-resident) array before it
+/// takes a read buffer: enough for most single requests.
+const IDLE_READ: usize = 256;
+
+/// Serve the connection until it ends.
+pub async fn run<P, S>(p: &mut P, stream: S) -> End
+where
+    P: Protocol,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let mut shutdown = p.proxy().shutdown.clone();
+    // Registered once for the connection's life, not once per wait: every
+    // connection waits on the same watch, whose waiter list is one lock.
+    // It completes once; the connection then drains.
+    let mut shutdown = std::pin::pin!(shutdown.changed());
+    loop {
+        if let Err(end) = wait_for_input(p, &mut rd, &mut shutdown).await {
+            return end;
+        }
+        let end = serve(p, &mut rd, &mut wr, &mut shutdown).await;
+        give_back(p);
+        if let Some(end) = end {
+            return end;
+        }
+    }
+}
+
+/// Quiet (or done): hand the buffers, queue storage and reply channel to
+/// the thread's pool.
+fn give_back<P: Protocol>(p: &mut P) {
+    let io = p.io();
+    pool::give_buffer(Buffer::Read, std::mem::take(io.rbuf));
+    pool::give_buffer(Buffer::Write, std::mem::take(io.wbuf));
+    pool::give_buffer(Buffer::Command, std::mem::take(io.cmd_buf));
+    io.queue.give_storage();
+    if let Some(channel) = io.replies.take() {
+        // A channel with a sender still out stays with this connection
+        // (its replies carry this connection's sequence numbers).
+        *io.replies = pool::give_channel(channel);
+    }
+    p.give_back();
+}
+
+/// Idle: wait for the first bytes of the next request (read into a small
+/// array in the future, then into a fresh read buffer), or for SIGTERM.
+async fn wait_for_input<P, R, Sd>(p: &mut P, rd: &mut R, shutdown: &mut Sd) -> Result<(), End>
+where
+    P: Protocol,
+    R: AsyncRead + Unpin,
+    Sd: Future + Unpin,
+{
+    let idle = p.proxy().settings.load().idle_timeout;
+    let state = p.io().state;
+    let idle_at = idle.map(|d| state.last_input + d);
+    let draining = state.draining;
+    let mut first = [0u8; IDLE_READ];
+    let n = tokio::select! {
+        biased;
+        res = rd.read(&mut first) => match res {
+            Ok(0) => return Err(End::ClientClosed),
+            Ok(n) => n,
+            Err(e) => return Err(End::Io(e)),
+        },
+        _ = sleep_until_opt(idle_at), if idle_at.is_some() => return Err(End::IdleTimeout),
+        // Draining is done busy (it waits for the client to go quiet).
+        _ = &mut *shutdown, if !draining => {
+            start_drain(p);
+            0
+        }
+    };
+    let io = p.io();
+    if io.rbuf.capacity() == 0 {
+        *io.rbuf = pool::take_buffer(Buffer::Read, FIRST_READ);
+    }
+    io.queue.take_storage();
+    io.rbuf
+        .extend_from_slice(first.get(..n).unwrap_or_default());
+    let mut total = n;
+    if n == IDLE_READ {
+        // The array filled up: read what else is already there now, so
+        // that a pipelined batch is dispatched (and coalesced toward the
+        // shards) as a whole, not in two halves.
+        io.rbuf.reserve(READ_CHUNK);
+        total += read_ready(rd, io.rbuf).await;
+    }
+    if total > 0 {
+        io.state.last_input = Instant::now();
+        p.proxy().stats.bytes_read.fetch_add(total as u64, Relaxed);
+    }
+    Ok(())
+}
+
+/// Busy: answer the input in the read buffer and everything that follows,
+/// until the connection ends (`Some`) or has nothing buffered or in flight
+/// (`None`; never while draining).
+async fn serve<P, R, W, Sd>(p: &mut P, rd: &mut R, wr: &mut W, shutdown: &mut Sd) -> Option<End>
+where
+    P: Protocol,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    Sd: Future + Unpin,
+{
+    let (idle, quiet) = {
+        let settings = p.proxy().settings.load();
+        (settings.idle_timeout, settings.drain_quiet)
+    };
+    let mut idle_deadline = idle.map(|d| p.io().state.last_input + d);
+    // Draining: when the client will have been quiet long enough.
+    let mut quiet_at: Option<Instant> = None;
+    // One timer for the busy period, not one per wait (`deadline`); it
+    // lives in this future, so an idle connection does not carry it.
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+    let mut deadline = Deadline::new(sleep.as_mut());
+    p.parse_and_dispatch();
+    loop {
+        p.before_turn();
+        p.settle_input(rd).await;
+        flush_ready(p);
+        if let Some(end) = close_slow_consumer(p) {
+            return Some(end);
+        }
+        let may_read = p.may_read();
+        let mid_request = p.mid_request();
+        let io = p.io();
+        let st = &*io.state;
+        let answered = io.queue.is_empty() && io.wbuf.is_empty();
+        if st.closing && answered {
+            // Every complete request read has been answered (with nothing
+            // pending, the protocol left at most an incomplete one in the
+            // buffer).
+            let _ = wr.shutdown().await;
+            let st = p.io().state;
+            return Some(if st.read_closed {
+                End::ClientClosed
+            } else if st.draining {
+                End::Shutdown
+            } else {
+                End::Quit
+            });
+        }
+        if answered && io.rbuf.is_empty() && !mid_request && !st.closing && !st.draining {
+            return None;
+        }
+        let reading = !st.closing && may_read;
+        // Grow only when unparsed input is waiting for room (or there is
+        // no buffer yet): a quiet connection keeps its small buffer.
+        let spare = io.rbuf.capacity() - io.rbuf.len();
+        if reading && (spare == 0 || (spare < 1024 && !io.rbuf.is_empty())) {
+            let grow = if io.rbuf.capacity() == 0 {
+                FIRST_READ
+            } else {
+                READ_CHUNK
+            };
+            io.rbuf.reserve(grow);
+        }
+        deadline.arm(io.queue.front_deadline());
+        let idle_at = idle_deadline.filter(|_| io.queue.is_empty() && !st.closing && !st.draining);
+        if st.draining && answered && !mid_request && !st.closing {
+            // A clock read per quiet spell, only while draining.
+            quiet_at.get_or_insert_with(|| Instant::now() + quiet);
+        } else {
+            quiet_at = None;
+        }
+        let drain_at = st.drain_deadline.filter(|_| !st.closing);
+        let draining = st.draining;
+        tokio::select! {
+            biased;
+            reply = recv_reply(io.replies) => {
+                if let Some(reply) = reply {
+                    p.take_reply(reply);
+                    while let Some(reply) = try_recv(p.io().replies) {
+                        p.take_reply(reply);
+                    }
+                    // Requests the client already sent may be waiting in
+                    // the buffer for room (`room_to_dispatch`): go on.
+                    if !p.io().rbuf.is_empty() {
+                        p.parse_and_dispatch();
+                    }
+                }
+            }
+            res = wr.write(io.wbuf), if !io.wbuf.is_empty() => match res {
+                Ok(0) => return Some(End::ClientClosed),
+                Ok(n) => {
+                    p.proxy().stats.bytes_written.fetch_add(n as u64, Relaxed);
+                    p.io().wbuf.advance(n);
+                }
+                Err(e) => return Some(End::Io(e)),
+            },
+            res = rd.read_buf(io.rbuf), if reading => match res {
+                Ok(0) => {
+                    // Client closed its side: finish what it asked, then close.
+                    let io = p.io();
+                    io.state.read_closed = true;
+                    io.state.closing = true;
+                    if io.queue.is_empty() && io.wbuf.is_empty() {
+                        return Some(End::ClientClosed);
+                    }
+                }
+                Ok(n) => {
+                    p.proxy().stats.bytes_read.fetch_add(n as u64, Relaxed);
+                    let now = Instant::now();
+                    p.io().state.last_input = now;
+                    idle_deadline = idle.map(|d| now + d);
+                    quiet_at = None;
+                    p.parse_and_dispatch();
+                }
+                Err(e) => return Some(End::Io(e)),
+            },
+            () = deadline.fired(), if deadline.is_armed() => {
+                p.io().queue.expire_overdue(Instant::now());
+                // As after a reply: input held back for room goes on.
+                if !p.io().rbuf.is_empty() {
+                    p.parse_and_dispatch();
+                }
+            }
+            _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
+                return Some(End::IdleTimeout);
+            }
+            _ = sleep_until_opt(quiet_at), if quiet_at.is_some() => {
+                // Drained: everything read is answered and the client has
+                // been quiet (an incomplete request is no request).
+                p.io().state.closing = true;
+            }
+            _ = sleep_until_opt(drain_at), if drain_at.is_some() => drain_deadline_passed(p),
+            _ = &mut *shutdown, if !draining => start_drain(p),
+        }
+    }
+}
+
+/// SIGTERM: go on serving until quiet or the deadline.
+fn start_drain<P: Protocol>(p: &mut P) {
+    let timeout = p.proxy().settings.load().drain_timeout;
+    let state = p.io().state;
+    state.draining = true;
+    state.drain_deadline = Some(Instant::now() + timeout);
+}
+
+/// The drain deadline: what is still unanswered is dropped (and counted);
+/// what is already rendered is written, then the connection closes.
+fn drain_deadline_passed<P: Protocol>(p: &mut P) {
+    let io = p.io();
+    io.state.closing = true;
+    let dropped = io.queue.clear();
+    if dropped > 0 {
+        let proxy = p.proxy();
+        proxy.stats.drain_dropped.fetch_add(dropped as u64, Relaxed);
+        proxy.metrics.drain_dropped(dropped);
+    }
+}
+
+/// More replies or reply bytes waiting than `server.max_pending_replies` /
+/// `max_pending_bytes` allow: the client is not reading.
+fn close_slow_consumer<P: Protocol>(p: &mut P) -> Option<End> {
+    let io = p.io();
+    if !io
+        .queue
+        .over(io.state.max_pending_replies, io.state.max_pending_bytes)
+    {
+        return None;
+    }
+    bump(&p.proxy().stats.slow_consumers_closed);
+    p.proxy().metrics.slow_consumer_closed();
+    Some(End::SlowConsumer)
+}
+
+/// Write out every finished request at the front of the queue.
+fn flush_ready<P: Protocol>(p: &mut P) {
+    if p.hold_output() {
+        return;
+    }
+    let mut now = None;
+    loop {
+        let io = p.io();
+        if io.wbuf.len() >= MAX_OUTPUT_BYTES {
+            return;
+        }
+        let Some(entry) = io.queue.pop_ready() else {
+            return;
+        };
+        if let Some(command) = entry.command() {
+            let now = *now.get_or_insert_with(Instant::now);
+            let latency = now.saturating_duration_since(entry.started());
+            let proxy = p.proxy();
+            proxy
+                .metrics
+                .request(p.front(), command, latency.as_secs_f64());
+        }
+        let io = p.io();
+        if entry.is_close() {
+            // Nothing after a close is answered.
+            io.queue.clear();
+            io.state.closing = true;
+            return;
+        }
+        if io.wbuf.capacity() == 0 {
+            *io.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
+        }
+        p.write_reply(entry);
+    }
+}
+
+/// The next backend reply; never, while there is no channel.
+async fn recv_reply(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
+    match replies {
+        Some(channel) => channel.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn try_recv(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
+    replies.as_mut().and_then(|c| c.rx.try_recv().ok())
+}
+
+/// Bytes read into `buf` by one read attempt that does not wait: 0 when
+/// nothing is ready (end of stream and errors are left for the next read to
+/// find again).
+pub async fn read_ready<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> usize {
+    std::future::poll_fn(|cx| {
+        let read = std::pin::pin!(rd.read_buf(&mut *buf));
+        std::task::Poll::Ready(match read.poll(cx) {
+            std::task::Poll::Ready(Ok(n)) => n,
+            _ => 0,
+        })
+    })
+    .await
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
