@@ -428,3 +428,70 @@ fn pipelined_requests_around_exec_watch_and_blpop_keep_their_order() {
         assert_eq!(got, want);
     }
 }
+
+/// SIGTERM: a client blocked in `BLPOP q 0` does not hold the drain until
+/// `drain_timeout_ms` (30 s here): the call is abandoned (the shard
+/// unblocked) and the client's connection closed once the reply before it
+/// is written, with no reply to the call and nothing pipelined after it
+/// run, as Redis closes its clients when it shuts down (docs/resp.md,
+/// "Blocking pops"). Without that rule the close comes at the deadline.
+#[test]
+fn drain_closes_a_client_blocked_in_blpop() {
+    if !require_tools("drain_closes_a_client_blocked_in_blpop", &["redis-server"]) {
+        return;
+    }
+    let shard = RedisServer::start();
+    let (mut memshift, resp, _) = start_resp_memshift(&[shard.addr()], |o| {
+        o.server_extra.push_str("drain_timeout_ms = 30000\n");
+    });
+    let mut s = TcpStream::connect(("127.0.0.1", resp)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    s.write_all(
+        b"*1\r\n$4\r\nPING\r\n*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n\
+          *3\r\n$3\r\nSET\r\n$5\r\nafter\r\n$1\r\n1\r\n",
+    )
+    .expect("send");
+    let mut pong = [0u8; 7];
+    s.read_exact(&mut pong).expect("PING's reply");
+    assert_eq!(&pong, b"+PONG\r\n");
+    let mut direct = connect(shard.port());
+    let mut blocked = || match cmd(&mut direct, "INFO clients") {
+        Resp::Bulk(Some(info)) => String::from_utf8_lossy(&info).lines().find_map(|l| {
+            l.strip_prefix("blocked_clients:")?
+                .trim()
+                .parse::<u32>()
+                .ok()
+        }),
+        other => panic!("INFO clients: {other:?}"),
+    };
+    let (react, poll) = (Duration::from_secs(20), Duration::from_millis(20));
+    wait_until(react, poll, "the BLPOP to block on the shard", || {
+        (blocked() == Some(1)).then_some(())
+    });
+    let t0 = Instant::now();
+    memshift.sigterm();
+    let mut rest = Vec::new();
+    match s.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("reading until the close: {e}\n{}", memshift.stderr()),
+    }
+    let took = t0.elapsed();
+    assert!(rest.is_empty(), "a reply to the call or after it: {rest:?}");
+    assert!(
+        took < Duration::from_secs(15),
+        "closed {took:?} after SIGTERM (the drain deadline is 30 s)\n{}",
+        memshift.stderr()
+    );
+    wait_until(react, poll, "the shard to unblock", || {
+        (blocked() == Some(0)).then_some(())
+    });
+    let status = memshift
+        .wait_exit(Duration::from_secs(20))
+        .expect("memshift did not exit after SIGTERM");
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    assert_eq!(cmd(&mut direct, "EXISTS after"), Resp::Int(0));
+    assert!(!memshift.stderr().contains("panicked"));
+    eprintln!("a client blocked in BLPOP was closed {took:?} after SIGTERM");
+}
