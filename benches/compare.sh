@@ -29,6 +29,24 @@
 # unmeasured run of the same load (NC_WARM seconds, default DUR):
 # memcached and the shards are prefilled, so its cache starts warm too.
 #
+# Load shapes: every closed-loop 90/10 scenario (and the near cache's) runs
+# twice, with memshift-load's task per connection (scenarios np, p16,
+# zipf-nc) and with one event loop over all connections (`--shape
+# event-loop`: el-np, el-p16, zipf-nc-el), whose requests reach the server in
+# bursts as node's, Go's or async Python's do. SHAPES="per-conn" skips the
+# event-loop runs.
+#
+# Latency vs load: each of memcached, twemproxy, memshift and Redis in open
+# loop at CURVE_STEPS percent (default "10 20 30 40 50 60 70 80 90") of its
+# own closed-loop maximum (its median no-pipelining ops/s), CURVE_DUR
+# seconds per step (default DUR), one round, the systems alternated at each
+# step: p50 / p99 / p99.9 per step (scenarios curve10 .. curve90).
+# CURVE_STEPS="" skips it.
+#
+# Plots: gnuplot (Debian gnuplot-nox, installed when missing) draws one
+# throughput bar chart per scenario and the latency-vs-load curves into the
+# run's directory as PNG (benches/compare_report.py); summary.md links them.
+#
 # Rounds: 3 (1 with --quick), medians. --quick takes under 3 minutes once
 # the release binaries are built. --profile adds a `perf record -g` of
 # memshift under the no-pipelining load (report in the output directory).
@@ -65,7 +83,9 @@
 # SUT_CPU, LOAD_CPU, BACKEND_CPU, SHARDS, NICE, PIN, QUIET_LOAD, RATE (open-loop
 # requests/s; default 50% of memshift's closed-loop max), MEMSHIFT_BIN
 # (binary to measure), CLUSTER_BENCH (1: run the cluster scenario, default;
-# 0: skip it).
+# 0: skip it), SHAPES, CURVE_STEPS, CURVE_DUR, NC_WARM, RESP (0: skip the
+# RESP block), RESP_N.
+# --summary DIR: print the summary of an earlier run again (and redraw its plots).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -100,6 +120,11 @@ if [ "$QUICK" -eq 1 ]; then
 else
     ROUNDS=${ROUNDS:-3}; DUR=${DUR:-10}
 fi
+SHAPES=${SHAPES:-per-conn event-loop}
+EVENT_LOOP=0
+case " $SHAPES " in *" event-loop "*) EVENT_LOOP=1 ;; esac
+CURVE_STEPS=${CURVE_STEPS-10 20 30 40 50 60 70 80 90}
+CURVE_DUR=${CURVE_DUR:-$DUR}
 CONNS=50
 VALUE=100
 KEYS=100000
@@ -319,6 +344,7 @@ PY
 if [ -n "$SUMMARY_OF" ]; then
     [ -f "$SUMMARY_OF/results.jsonl" ] || die "--summary: no $SUMMARY_OF/results.jsonl"
     summarize "$SUMMARY_OF" "(re-rendered)"
+    python3 benches/compare_report.py "$SUMMARY_OF"
     exit 0
 fi
 
@@ -330,6 +356,7 @@ command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || pkgs+=(redis-tools)
 command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
 command -v taskset >/dev/null 2>&1 || pkgs+=(util-linux)
+command -v gnuplot >/dev/null 2>&1 || pkgs+=(gnuplot-nox)
 if [ "${#pkgs[@]}" -gt 0 ]; then
     apt_install "${pkgs[@]}"
     for unit in memcached nutcracker redis-server; do stop_packaged_service "$unit"; done
@@ -477,6 +504,7 @@ SYSTEMS=(memcached twemproxy memshift redis)
 # --- machine --------------------------------------------------------------------
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')${MEMSHIFT_BIN:+ (memshift binary: $MEMSHIFT_BIN)}"
     echo "nproc: $(nproc)"
     echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)$(lscpu 2>/dev/null | awk -F': +' '/Hypervisor vendor/ {print ", hypervisor " $2}')"
     echo "kernel: $(uname -sr)"
@@ -628,6 +656,11 @@ for round in $(seq 1 "$ROUNDS"); do
     log "round $round/$ROUNDS: 90/10, $CONNS conns, pipeline 16"
     for sys in "${SYSTEMS[@]}"; do run "$sys" p16 "$round" "${shape[@]}" --pipeline 16; done
     redis_benchmark p16 "$round" 16 "$(last_ops redis p16)"
+    if [ "$EVENT_LOOP" -eq 1 ]; then
+        log "round $round/$ROUNDS: the same two loads from one event loop (--shape event-loop)"
+        for sys in "${SYSTEMS[@]}"; do run "$sys" el-np "$round" "${shape[@]}" --pipeline 1 --shape event-loop; done
+        for sys in "${SYSTEMS[@]}"; do run "$sys" el-p16 "$round" "${shape[@]}" --pipeline 16 --shape event-loop; done
+    fi
 done
 
 # memcached's binary protocol: the same memshift (same shards, same shape),
@@ -656,6 +689,28 @@ for round in $(seq 1 "$ROUNDS"); do
     log "round $round/$ROUNDS: open loop at $RATE req/s (load average $(cut -d' ' -f1 /proc/loadavg))"
     for sys in "${SYSTEMS[@]}"; do run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"; done
 done
+
+# Latency vs load: each system at CURVE_STEPS percent of its own maximum.
+if [ -n "$CURVE_STEPS" ]; then
+    declare -A MAX_OPS
+    for sys in "${SYSTEMS[@]}"; do
+        MAX_OPS[$sys]=$(python3 - "$RESULTS" "$sys" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(int(statistics.median(r["report"]["ops_per_sec"] for r in rows
+                            if r["system"] == sys.argv[2] and r["scenario"] == "np")))
+PY
+)
+    done
+    for pct in $CURVE_STEPS; do
+        wait_quiet
+        log "latency vs load: $pct% of each system's own maximum, ${CURVE_DUR}s each"
+        for sys in "${SYSTEMS[@]}"; do
+            r=$(( MAX_OPS[$sys] * pct / 100 )); [ "$r" -ge 1 ] || r=1
+            run "$sys" "curve$pct" 1 "${shape[@]}" --duration "$CURVE_DUR" --rate "$r"
+        done
+    done
+fi
 
 log "multi-get: 100 keys per get, 1 connection"
 mg_calls() {
@@ -850,6 +905,11 @@ for round in $(seq 1 "$ROUNDS"); do
     warm_nc
     run memshiftnc zipf-nc "$round" "${zipf_runs[@]}"
     near_cache_stats "$round"
+    if [ "$EVENT_LOOP" -eq 1 ]; then
+        for sys in memcached memshift memshiftnc; do
+            run "$sys" zipf-nc-el "$round" "${zipf_runs[@]}" --shape event-loop
+        done
+    fi
 done
 
 # --- RESP listener -------------------------------------------------------------------
@@ -954,5 +1014,6 @@ echo "measurement time: ${SECONDS}s (build excluded)" >>"$OUT/machine.txt"
 # --- summary ----------------------------------------------------------------------------
 summarize "$OUT" "$*" >"$OUT/summary.md"
 [ -f "$OUT/resp.md" ] && { echo; cat "$OUT/resp.md"; } >>"$OUT/summary.md"
+{ echo; python3 benches/compare_report.py "$OUT"; } >>"$OUT/summary.md"
 cat "$OUT/summary.md"
 log "results in $OUT"

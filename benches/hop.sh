@@ -6,7 +6,7 @@
 # latency, memshift's own CPU per request (/proc/<pid>/stat utime + stime),
 # with STRACE=1 a `strace -c -f` of memshift during the run (syscalls per
 # request; it slows memshift a lot), with PERF=1 `perf stat` syscall and
-# context-switch counts per request. The profile behind BENCHMARKS.md
+# context-switch counts per request. The profile behind docs/benchmarks-history.md
 # "Issue 14".
 # Knobs: SHARDS (default 3) Redis shards; BACKEND_CPU (default 1, the proxy's
 # core) for the redis-servers; PROXY_CPU (default 1) for memshift, a list

@@ -8,6 +8,7 @@ mod auth;
 mod binary_clients;
 mod binary_sasl;
 mod cas_concurrency;
+mod cli;
 mod cluster;
 mod cluster_copy;
 mod cluster_ops;

@@ -3,15 +3,13 @@
 
 use std::process::ExitCode;
 
-use memshift_benches::load::{self, Parsed, USAGE};
+use clap::Parser;
+use memshift_benches::load::{self, Cli};
 
 fn main() -> ExitCode {
-    let args = match load::args::parse(std::env::args().skip(1)) {
-        Ok(Parsed::Run(a)) => *a,
-        Ok(Parsed::Help) => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
+    // clap prints --help / --version (exit 0) or the usage error (exit 2).
+    let args = match Cli::parse().into_args() {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("memshift-load: {e}");
             return ExitCode::from(2);

@@ -66,16 +66,16 @@ pub enum Mode {
     Prefill,
 }
 
-struct Pending {
+pub(super) struct Pending {
     /// Latency is measured from here (the schedule in open loop).
     intended: Instant,
     /// Timeouts are measured from here.
-    sent: Instant,
+    pub(super) sent: Instant,
     kind: Kind,
     nkeys: usize,
 }
 
-enum Failure {
+pub(super) enum Failure {
     Io(String),
     Timeout,
     Bad(String),
@@ -89,78 +89,37 @@ pub struct Pacing {
 
 /// Runs one connection until the phase ends; never panics on network input.
 pub async fn run(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Pacing>) -> Stats {
-    let a = &shared.args;
-    let mut c = Conn {
-        gen: KeyGen::new(seed, a.keys, a.dist, a.get_weight, a.set_weight),
-        stats: Stats::default(),
-        wbuf: Vec::with_capacity(64 * 1024),
-        wpos: 0,
-        rbuf: BytesMut::with_capacity(64 * 1024),
-        pend: VecDeque::new(),
-        pkeys: VecDeque::new(),
-        ids: Vec::new(),
-        next: match mode {
-            Mode::Open { start, .. } => start,
-            _ => Instant::now(),
-        },
-        budget: match mode {
-            Mode::Open { budget, .. } => budget,
-            _ => None,
-        },
-        issuing: true,
-        pacing,
-        shared: shared.clone(),
-        mode,
-    };
+    let a = shared.args.clone();
+    let mut c = Conn::new(shared, mode, seed, pacing);
     loop {
         let stream = match connect(a.addr, None, a.timeout).await {
             Ok(s) => s,
             Err(e) => {
-                c.stats.errors.connect_failures += 1;
-                c.stats.note(format!("connect {}: {e}", a.addr));
-                // Requests that could not be sent are lost, and count against
-                // the bounds, so a dead server still ends the run.
-                if !c.lose_due() {
+                if !c.connect_failed(e) {
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(RECONNECT_PAUSE).await;
                 continue;
             }
         };
         match c.drive(&stream).await {
             Ok(()) => break,
             Err(f) => {
-                let lost = c.pend.len() as u64;
-                match f {
-                    Failure::Timeout => c.stats.errors.timeout += lost,
-                    Failure::Io(e) => {
-                        c.stats.errors.connection += lost;
-                        c.stats.errors.connect_failures += u64::from(lost == 0);
-                        c.stats.note(e);
-                    }
-                    Failure::Bad(e) => {
-                        // The unparseable reply itself; the rest are lost.
-                        c.stats.errors.unexpected += 1;
-                        c.stats.errors.connection += lost.saturating_sub(1);
-                        c.stats.note(e);
-                    }
-                }
-                c.stats.reconnects += 1;
-                c.pend.clear();
-                c.pkeys.clear();
-                c.wbuf.clear();
-                c.wpos = 0;
-                c.rbuf.clear();
-                if !c.issuing {
+                if !c.fail(f) {
                     break;
                 }
                 // No reconnect storm against a server that refuses us.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
     }
     c.stats
 }
+
+/// After a failed connect, before the next try.
+pub(super) const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
+/// After a connection failed, before reconnecting.
+pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 /// Connects with a timeout; `local` binds the source address first (to use
 /// more than one loopback source IP when opening many connections).
@@ -212,28 +171,97 @@ fn bind_no_port(sock: &TcpSocket) -> io::Result<()> {
     Ok(())
 }
 
-struct Conn {
-    shared: Arc<Shared>,
-    mode: Mode,
-    gen: KeyGen,
-    stats: Stats,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    rbuf: BytesMut,
-    pend: VecDeque<Pending>,
+pub(super) struct Conn {
+    pub(super) shared: Arc<Shared>,
+    pub(super) mode: Mode,
+    pub(super) gen: KeyGen,
+    pub(super) stats: Stats,
+    pub(super) wbuf: Vec<u8>,
+    pub(super) wpos: usize,
+    pub(super) rbuf: BytesMut,
+    pub(super) pend: VecDeque<Pending>,
     /// Keys of the outstanding gets, in order (for reply validation).
-    pkeys: VecDeque<u64>,
-    ids: Vec<u64>,
+    pub(super) pkeys: VecDeque<u64>,
+    pub(super) ids: Vec<u64>,
     /// Open loop: next intended send time.
-    next: Instant,
-    budget: Option<u64>,
+    pub(super) next: Instant,
+    pub(super) budget: Option<u64>,
     /// False once this connection has nothing more to send.
-    issuing: bool,
+    pub(super) issuing: bool,
     /// Open loop: the ticker's clock and this connection's wake-up.
-    pacing: Option<Pacing>,
+    pub(super) pacing: Option<Pacing>,
 }
 
 impl Conn {
+    pub(super) fn new(shared: Arc<Shared>, mode: Mode, seed: u64, pacing: Option<Pacing>) -> Conn {
+        let a = &shared.args;
+        Conn {
+            gen: KeyGen::new(seed, a.keys, a.dist, a.get_weight, a.set_weight),
+            stats: Stats::default(),
+            wbuf: Vec::with_capacity(64 * 1024),
+            wpos: 0,
+            rbuf: BytesMut::with_capacity(64 * 1024),
+            pend: VecDeque::new(),
+            pkeys: VecDeque::new(),
+            ids: Vec::new(),
+            next: match mode {
+                Mode::Open { start, .. } => start,
+                _ => Instant::now(),
+            },
+            budget: match mode {
+                Mode::Open { budget, .. } => budget,
+                _ => None,
+            },
+            issuing: true,
+            pacing,
+            shared: shared.clone(),
+            mode,
+        }
+    }
+
+    /// A connect that failed: counted, and what was due is lost (so a dead
+    /// server still ends the run). Returns whether to try again.
+    pub(super) fn connect_failed(&mut self, e: io::Error) -> bool {
+        self.stats.errors.connect_failures += 1;
+        self.stats
+            .note(format!("connect {}: {e}", self.shared.args.addr));
+        self.lose_due()
+    }
+
+    /// A connection that failed: its outstanding requests are counted as
+    /// lost and the buffers reset. Returns whether to reconnect.
+    pub(super) fn fail(&mut self, f: Failure) -> bool {
+        let lost = self.pend.len() as u64;
+        match f {
+            Failure::Timeout => self.stats.errors.timeout += lost,
+            Failure::Io(e) => {
+                self.stats.errors.connection += lost;
+                self.stats.errors.connect_failures += u64::from(lost == 0);
+                self.stats.note(e);
+            }
+            Failure::Bad(e) => {
+                // The unparseable reply itself; the rest are lost.
+                self.stats.errors.unexpected += 1;
+                self.stats.errors.connection += lost.saturating_sub(1);
+                self.stats.note(e);
+            }
+        }
+        self.stats.reconnects += 1;
+        self.pend.clear();
+        self.pkeys.clear();
+        self.wbuf.clear();
+        self.wpos = 0;
+        self.rbuf.clear();
+        self.issuing
+    }
+
+    /// Whether the oldest outstanding request has waited `timeout` by `now`.
+    pub(super) fn timed_out(&self, now: Instant) -> bool {
+        self.pend
+            .front()
+            .is_some_and(|p| now.saturating_duration_since(p.sent) >= self.shared.args.timeout)
+    }
+
     async fn drive(&mut self, s: &TcpStream) -> Result<(), Failure> {
         let timeout = self.shared.args.timeout;
         loop {
@@ -277,10 +305,8 @@ impl Conn {
                     Err(e) => return Err(Failure::Io(format!("read: {e}"))),
                 }
             }
-            if let Some(p) = self.pend.front() {
-                if now.saturating_duration_since(p.sent) >= timeout {
-                    return Err(Failure::Timeout);
-                }
+            if self.timed_out(now) {
+                return Err(Failure::Timeout);
             }
             if progress {
                 continue;
@@ -311,7 +337,7 @@ impl Conn {
     }
 
     /// Queues the requests due now; returns whether it queued any.
-    fn generate(&mut self, now: Instant) -> bool {
+    pub(super) fn generate(&mut self, now: Instant) -> bool {
         if !self.issuing {
             return false;
         }
@@ -400,7 +426,7 @@ impl Conn {
 
     /// A failed connect: count what was due as lost. Returns whether the
     /// connection should try again.
-    fn lose_due(&mut self) -> bool {
+    pub(super) fn lose_due(&mut self) -> bool {
         let now = Instant::now();
         match self.mode {
             Mode::Closed => {
@@ -464,7 +490,7 @@ impl Conn {
         }
     }
 
-    fn parse(&mut self) -> Result<(), Failure> {
+    pub(super) fn parse(&mut self) -> Result<(), Failure> {
         let now = Instant::now();
         while let Some(p) = self.pend.front() {
             let keys = self.pkeys.iter().take(p.nkeys);

@@ -18,9 +18,9 @@ impl Dist {
             None if v == "zipf" => Ok(Dist::Zipf(0.99)),
             Some(("zipf", s)) => match s.parse::<f64>() {
                 Ok(s) if s.is_finite() && s >= 0.0 => Ok(Dist::Zipf(s)),
-                _ => Err(format!("--dist: zipf exponent must be >= 0, got {s:?}")),
+                _ => Err(format!("zipf exponent must be >= 0, got {s:?}")),
             },
-            _ => Err(format!("--dist: uniform or zipf[:s], got {v:?}")),
+            _ => Err(format!("uniform or zipf[:s], got {v:?}")),
         }
     }
 }

@@ -3,9 +3,14 @@
 //! Phases: open the idle connections (`--idle`), prefill (`--warmup`), the
 //! measured run (closed loop, or open loop with `--rate`), then check the idle
 //! connections again. Every phase is bounded in time.
+//!
+//! Two load shapes (`--shape`): a tokio task per connection ([`conn`]), or
+//! one epoll loop driving them all ([`event_loop`]), whose requests reach
+//! the server in bursts as an event-loop client's do.
 
 pub mod args;
 pub mod conn;
+pub mod event_loop;
 pub mod keys;
 pub mod pacer;
 pub mod proto;
@@ -20,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-pub use args::{Args, Parsed, USAGE};
+pub use args::{Args, Cli, Shape};
 use conn::{Mode, Shared};
 use proto::Encoder;
 use stats::Stats;
@@ -111,6 +116,18 @@ async fn run_async(args: Arc<Args>) -> Result<Report, String> {
     let run_args = args.clone();
     let shared = Arc::new(Shared::new(run_args, deadline, args.requests));
     let mode = match args.rate {
+        None if args.shape == Shape::EventLoop => {
+            let (sh, n) = (shared.clone(), args.conns);
+            match tokio::task::spawn_blocking(move || event_loop::run(sh, n, deadline)).await {
+                Ok(st) => st,
+                Err(e) => {
+                    let mut st = Stats::default();
+                    st.errors.unexpected += 1;
+                    st.note(format!("event loop thread failed: {e}"));
+                    st
+                }
+            }
+        }
         Some(rate) => {
             let interval = Duration::from_secs_f64(args.conns as f64 / rate);
             let per_conn = args.requests.map(|r| r / args.conns as u64);
@@ -365,6 +382,7 @@ impl Report {
             "addr": a.addr.to_string(),
             "protocol": a.protocol.to_string(),
             "mode": self.mode,
+            "shape": a.shape.to_string(),
             "conns": a.conns,
             "pipeline": a.pipeline,
             "ratio": format!("{}:{}", a.get_weight, a.set_weight),
@@ -435,7 +453,7 @@ impl Report {
         let mut out = String::new();
         let shape = match a.rate {
             Some(rate) => format!("open loop at {rate:.0} req/s"),
-            None => format!("closed loop, pipeline {}", a.pipeline),
+            None => format!("closed loop, pipeline {}, {}", a.pipeline, a.shape),
         };
         out += &format!(
             "memshift-load {} ({}): {} conns, {shape}, get:set {}:{}, {} keys {}, {} B values{}\n",

@@ -3,9 +3,10 @@ use std::process::ExitCode;
 use memshift_proxy::cli::{self, Command};
 
 fn main() -> ExitCode {
-    let command = match cli::parse_args(std::env::args().skip(1)) {
+    // clap prints --help / --version (exit 0) or the usage error (exit 2).
+    let command = match cli::parse_args(std::env::args_os().skip(1)) {
         Ok(c) => c,
-        Err(e) => return cli::report_usage_error(&e),
+        Err(e) => e.exit(),
     };
     if let Some(code) = cli::run_command(&command) {
         return code;
