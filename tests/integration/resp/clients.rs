@@ -21,10 +21,17 @@ pub(super) fn redis_py(
         .arg("127.0.0.1")
         .arg(port.to_string())
         .arg(proto.to_string());
+    let what = format!("redis-py workload on port {port} (RESP{proto})");
+    run_client(cmd, "WORKLOAD DONE", &what)
+}
+
+/// Run a client workload (3 minutes at most); its output, which must
+/// contain `done` (the workload ran to its end).
+pub(super) fn run_client(cmd: Command, done: &str, what: &str) -> String {
     let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        out.status.success() && out.stdout.contains("WORKLOAD DONE"),
-        "redis-py workload on port {port} (RESP{proto}) failed:\n{}\n{}",
+        out.status.success() && out.stdout.contains(done),
+        "{what} failed:\n{}\n{}",
         out.stdout,
         out.stderr
     );
@@ -174,8 +181,24 @@ fn redis_cli_workload_matches_plain_redis() {
 
 /// Build the go-redis workload (`goredis/`, modules from the Go module
 /// proxy on first use, cached under the target dir).
-fn go_redis_workload() -> std::path::PathBuf {
+pub(super) fn go_redis_workload() -> std::path::PathBuf {
     memshift_tests::go::go_build("tests/integration/resp/goredis", "goredis-workload")
+}
+
+/// Run the go-redis workload `bin` (with `extra` arguments: a mode) on
+/// `port` in RESP`proto`; its output.
+pub(super) fn run_go_workload(
+    bin: &std::path::Path,
+    port: u16,
+    proto: u8,
+    extra: &[&str],
+) -> String {
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("127.0.0.1:{port}"))
+        .arg(proto.to_string())
+        .args(extra);
+    let what = format!("go-redis workload {extra:?} on port {port} (RESP{proto})");
+    run_client(cmd, "GO WORKLOAD DONE", &what)
 }
 
 #[test]
@@ -189,18 +212,7 @@ fn go_redis_workload_matches_plain_redis() {
     let bin = go_redis_workload();
     let cluster = RespCluster::start();
     let plain = RedisServer::start();
-    let run = |port: u16, proto: u8| {
-        let mut cmd = Command::new(&bin);
-        cmd.arg(format!("127.0.0.1:{port}")).arg(proto.to_string());
-        let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            out.status.success() && out.stdout.contains("GO WORKLOAD DONE"),
-            "go-redis workload on port {port} (RESP{proto}) failed:\n{}\n{}",
-            out.stdout,
-            out.stderr
-        );
-        out.stdout
-    };
+    let run = |port: u16, proto: u8| run_go_workload(&bin, port, proto, &[]);
     // go-redis speaks RESP3 by default (HELLO 3); RESP2 too.
     for proto in [3, 2] {
         let want = run(plain.port(), proto);

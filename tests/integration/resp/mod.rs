@@ -9,3 +9,4 @@ mod hostile;
 mod keyspace;
 mod near_cache;
 mod refused;
+mod transactions;

@@ -40,6 +40,8 @@ pub enum Shape {
     /// A flat member/score array keeps its shape, scores as doubles
     /// (`ZPOPMIN key` without a count).
     FlatScores,
+    /// `[key, member, score]`, the score a double (`BZPOPMIN`, `BZPOPMAX`).
+    KeyMemberScore,
 }
 
 pub fn simple(buf: &mut BytesMut, s: &[u8]) {
@@ -194,6 +196,15 @@ fn shaped(buf: &mut BytesMut, f: &Frame, shape: Shape) -> Option<()> {
                     Frame::Bulk(b) => double(buf, b),
                     other => frame(buf, other, v, Shape::Plain),
                 }
+            }
+        }
+        (Shape::KeyMemberScore, Frame::Array(items)) if items.len() == 3 => {
+            array(buf, 3);
+            frame(buf, &items[0], v, Shape::Plain);
+            frame(buf, &items[1], v, Shape::Plain);
+            match &items[2] {
+                Frame::Bulk(b) => double(buf, b),
+                other => frame(buf, other, v, Shape::Plain),
             }
         }
         _ => return None,

@@ -30,6 +30,9 @@ pub struct RedisConfig {
     pub eject_after_failures: u32,
     pub health_check_interval_ms: u64,
     pub max_inflight_per_connection: usize,
+    /// RESP: connections held by one session (WATCH … EXEC, a transaction,
+    /// a blocking call) at most, across the proxy.
+    pub max_dedicated_connections: usize,
     pub username: Option<String>,
     pub password: Option<String>,
     pub tls: bool,
@@ -76,6 +79,7 @@ impl Default for RedisConfig {
             eject_after_failures: 3,
             health_check_interval_ms: 1000,
             max_inflight_per_connection: 10_000,
+            max_dedicated_connections: 256,
             username: None,
             password: None,
             tls: false,
@@ -109,6 +113,7 @@ impl fmt::Debug for RedisConfig {
                 "max_inflight_per_connection",
                 &self.max_inflight_per_connection,
             )
+            .field("max_dedicated_connections", &self.max_dedicated_connections)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("tls", &self.tls)

@@ -89,6 +89,7 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("eject_after_failures", r.eject_after_failures);
     o.raw("health_check_interval_ms", r.health_check_interval_ms);
     o.raw("max_inflight_per_connection", r.max_inflight_per_connection);
+    o.raw("max_dedicated_connections", r.max_dedicated_connections);
     o.opt_str("username", r.username.as_deref());
     // Never the secret itself: check output ends up in tickets and chats.
     o.opt_str("password", r.password.as_ref().map(|_| "***"));

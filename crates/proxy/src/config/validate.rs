@@ -358,6 +358,11 @@ fn redis_common(r: &RedisConfig) -> Check {
         r.max_inflight_per_connection as u64,
         1,
     )?;
+    at_least(
+        "redis.max_dedicated_connections",
+        r.max_dedicated_connections as u64,
+        1,
+    )?;
     match (&r.username, &r.password) {
         (Some(_), None) => {
             return Err("redis.username: set without redis.password (ACL AUTH needs both)".into())

@@ -179,6 +179,21 @@ pub trait Protocol {
     /// the protocol holds back on).
     fn room_to_dispatch(&self) -> bool;
 
+    /// Read more input now (not closing). By default while there is room
+    /// to dispatch; a protocol that holds dispatch back for a while (RESP
+    /// waiting on a held connection) may go on reading a bounded amount,
+    /// so that a client that leaves meanwhile is noticed.
+    fn may_read(&self) -> bool {
+        self.room_to_dispatch()
+    }
+
+    /// At the top of every turn of the busy loop, before finished replies
+    /// are written: work the protocol does on its own schedule rather than
+    /// on input (RESP: launching or cancelling a request held on a
+    /// connection of its own, `resp::cmd::hold`). Its answers come on the
+    /// reply channel, which wakes the loop.
+    fn before_turn(&mut self) {}
+
     /// The `protocol` label of its request metrics.
     fn front(&self) -> Front;
 

@@ -181,6 +181,18 @@ impl<E: Entry> Queue<E> {
         self.waiting -= 1;
     }
 
+    /// Take back the entry queued last, before any backend was sent its
+    /// request (RESP: queued in a transaction instead, or answered by an
+    /// error after all). Its sequence number is the next entry's.
+    pub fn pop_back(&mut self) -> Option<E> {
+        let entry = self.entries.pop_back()?;
+        if entry.is_waiting() {
+            self.waiting -= 1;
+        }
+        self.bytes -= entry.bytes();
+        Some(entry)
+    }
+
     /// Give up on every overdue entry's missing replies.
     pub fn expire_overdue(&mut self, now: Instant) {
         for entry in self.entries.iter_mut() {
@@ -250,6 +262,10 @@ impl<E: Entry> Queue<E> {
     #[inline]
     pub fn back_mut(&mut self) -> Option<&mut E> {
         self.entries.back_mut()
+    }
+
+    pub fn iter(&self) -> std::collections::vec_deque::Iter<'_, E> {
+        self.entries.iter()
     }
 
     pub fn iter_mut(&mut self) -> std::collections::vec_deque::IterMut<'_, E> {

@@ -150,12 +150,13 @@ where
     let mut deadline = Deadline::new(sleep.as_mut());
     p.parse_and_dispatch();
     loop {
+        p.before_turn();
         p.settle_input(rd).await;
         flush_ready(p);
         if let Some(end) = close_slow_consumer(p) {
             return Some(end);
         }
-        let room = p.room_to_dispatch();
+        let may_read = p.may_read();
         let mid_request = p.mid_request();
         let io = p.io();
         let st = &*io.state;
@@ -177,7 +178,7 @@ where
         if answered && io.rbuf.is_empty() && !mid_request && !st.closing && !st.draining {
             return None;
         }
-        let reading = !st.closing && room;
+        let reading = !st.closing && may_read;
         // Grow only when unparsed input is waiting for room (or there is
         // no buffer yet): a quiet connection keeps its small buffer.
         let spare = io.rbuf.capacity() - io.rbuf.len();

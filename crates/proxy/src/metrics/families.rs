@@ -3,7 +3,7 @@
 
 /// Every command the proxy counts, in the order [`command_index`] numbers
 /// them. The strings are the `command` label values.
-pub const COMMANDS: [&str; 34] = [
+pub const COMMANDS: [&str; 35] = [
     "get",
     "gets",
     "gat",
@@ -40,6 +40,7 @@ pub const COMMANDS: [&str; 34] = [
     "connection",
     "server",
     "refused",
+    "transactions",
 ];
 
 /// Position of a command in [`COMMANDS`]; resolve once, then pass the index
@@ -73,6 +74,8 @@ pub const TRANSPORT_CONNECTIONS: &str = "memshift_transport_connections";
 pub const TRANSPORT_CONNECTIONS_TOTAL: &str = "memshift_transport_connections_total";
 pub const REJECTED_CONNECTIONS: &str = "memshift_rejected_connections_total";
 pub const SLOW_CONSUMERS: &str = "memshift_slow_consumers_total";
+pub const DEDICATED_CONNECTIONS: &str = "memshift_redis_dedicated_connections";
+pub const DEDICATED_REFUSED: &str = "memshift_redis_dedicated_refused_total";
 pub const DRAIN_ABORTED: &str = "memshift_drain_aborted_connections_total";
 pub const DRAIN_DROPPED: &str = "memshift_drain_dropped_total";
 pub const SHADOW_WRITES: &str = "memshift_shadow_writes_total";
@@ -86,7 +89,7 @@ pub const BUILD_INFO: &str = "memshift_build_info";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 25] = [
+pub const FAMILIES: [(&str, &str, &str); 27] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -157,6 +160,16 @@ pub const FAMILIES: [(&str, &str, &str); 25] = [
         SLOW_CONSUMERS,
         "counter",
         "Client connections closed because they did not read their replies.",
+    ),
+    (
+        DEDICATED_CONNECTIONS,
+        "gauge",
+        "Redis connections held by one RESP session (WATCH, a transaction, a blocking call).",
+    ),
+    (
+        DEDICATED_REFUSED,
+        "counter",
+        "RESP transactions and blocking calls refused because redis.max_dedicated_connections were in use.",
     ),
     (
         DRAIN_ABORTED,

@@ -64,6 +64,8 @@ pub struct Metrics {
     transport_connections_total: [Counter; Transport::ALL.len()],
     rejected_connections: Counter,
     slow_consumers: Counter,
+    dedicated_in_use: Gauge,
+    dedicated_refused: Counter,
     drain_aborted: Counter,
     drain_dropped: Counter,
     /// `[backend][result]`
@@ -131,6 +133,8 @@ impl Metrics {
                 .map(|t| counter(r, TRANSPORT_CONNECTIONS_TOTAL, &[("transport", t.as_str())])),
             rejected_connections: counter(r, REJECTED_CONNECTIONS, &[]),
             slow_consumers: counter(r, SLOW_CONSUMERS, &[]),
+            dedicated_in_use: gauge(r, DEDICATED_CONNECTIONS, &[]),
+            dedicated_refused: counter(r, DEDICATED_REFUSED, &[]),
             drain_aborted: counter(r, DRAIN_ABORTED, &[]),
             drain_dropped: counter(r, DRAIN_DROPPED, &[]),
             shadow_writes: Backend::ALL.map(|b| {
@@ -197,6 +201,14 @@ impl Metrics {
             c.increment(1);
             self.durations.record(command, seconds);
         }
+    }
+
+    /// Handles for `redis::dedicated`: connections in use, refusals.
+    pub fn dedicated_handles(&self) -> (Gauge, Counter) {
+        (
+            self.dedicated_in_use.clone(),
+            self.dedicated_refused.clone(),
+        )
     }
 
     #[inline]

@@ -189,6 +189,11 @@ impl Cluster {
         }
     }
 
+    /// Node `node` (an index `locate` gave), if it is still in the cluster.
+    pub fn node_at(&self, node: usize) -> Option<Arc<Shard>> {
+        self.map.load().nodes.get(node).cloned().flatten()
+    }
+
     /// The nodes serving at least one slot (for `flush_all`).
     pub fn masters(&self) -> Vec<usize> {
         let map = self.map.load();

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod connection;
+pub mod dedicated;
 pub mod diverted;
 pub mod encoding;
 pub mod primary;

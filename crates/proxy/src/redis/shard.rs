@@ -143,6 +143,10 @@ impl Shard {
         &self.settings
     }
 
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
     pub fn addr(&self) -> &str {
         &self.settings.addr
     }

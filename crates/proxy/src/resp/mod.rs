@@ -62,6 +62,9 @@ pub struct RespSession {
     /// The connection engine's state (closing, draining, limits).
     conn: State,
     cas: CasGenerator,
+    /// MULTI/WATCH state and the request held on a connection of the
+    /// session's own (`cmd::transaction`, `cmd::hold`).
+    txn: cmd::TxnState,
 }
 
 impl RespSession {
@@ -91,6 +94,7 @@ impl RespSession {
             replies: None,
             conn,
             cas: CasGenerator::new(seed),
+            txn: cmd::TxnState::default(),
         }
     }
 
@@ -113,7 +117,8 @@ impl RespSession {
         self.conn.load_limits(&settings);
         drop(settings);
         self.request_timeout = self.proxy.router.load().redis().request_timeout;
-        while !self.conn.closing && self.pending.room() {
+        // A held request (cmd::hold) stops dispatch until it is answered.
+        while !self.conn.closing && self.pending.room() && !self.txn.held() {
             match self.parser.parse(&self.rbuf, &limits) {
                 Ok(None) => {
                     // Redis' client-query-buffer-limit: close, no reply.
@@ -216,7 +221,20 @@ impl conn::Protocol for RespSession {
     }
 
     fn room_to_dispatch(&self) -> bool {
+        self.pending.room() && !self.txn.held()
+    }
+
+    fn may_read(&self) -> bool {
+        // Held (cmd::hold): nothing is dispatched, but input is still read
+        // (a bounded amount), so that a client leaving mid-BLPOP is noticed.
+        if self.txn.held() {
+            return self.rbuf.len() < cmd::HELD_INPUT_LIMIT;
+        }
         self.pending.room()
+    }
+
+    fn before_turn(&mut self) {
+        self.hold_tick(); // EXEC, WATCH, blocking calls (cmd::hold)
     }
 
     fn front(&self) -> crate::metrics::Protocol {

@@ -60,6 +60,9 @@ pub(super) enum Render {
     CommandTable { info: bool },
     /// Rendered by the command's own family (see [`Gather`]).
     Gather(Box<dyn Gather>),
+    /// EXEC: the array's elements rendered as each queued command's reply
+    /// (`cmd::transaction`); a nil (WATCH) or an error as it came.
+    Exec(Vec<Render>),
 }
 
 #[derive(Debug)]
@@ -239,6 +242,7 @@ impl Pending {
             Render::Ready(bytes) => return buf.extend_from_slice(bytes),
             Render::Close => return,
             Render::Gather(g) => return g.render(self.parts(), buf, v),
+            Render::Exec(_) => return self.render_exec(buf, v, served),
             _ => {}
         }
         // A backend failure answers the whole request.
@@ -337,6 +341,36 @@ impl Pending {
             // Errors, nils and anything unexpected: as the backend sent it.
             (_, Some(f)) => out::frame(buf, f, v, Shape::Plain),
             (_, None) => out::null(buf, v),
+        }
+    }
+}
+
+impl Pending {
+    /// EXEC's reply: its array's elements each rendered as its queued
+    /// command's reply would be.
+    fn render_exec(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
+        let Render::Exec(renders) = self.render else {
+            return;
+        };
+        let reply = match self.parts {
+            PartsVec::One(p) => p,
+            PartsVec::Many(_) => None,
+        };
+        match reply {
+            Some(Ok(Frame::Array(items))) if items.len() == renders.len() => {
+                out::array(buf, items.len());
+                let started = self.started;
+                for (render, item) in renders.into_iter().zip(items) {
+                    let mut p = Pending::waiting(render, 1, None, started, started);
+                    p.fill(0, Ok(Reply::Redis(item)), 0);
+                    p.render_into(buf, v, served);
+                }
+            }
+            // A nil (a WATCHed key changed), an error (EXECABORT).
+            Some(Ok(f)) => out::frame(buf, &f, v, Shape::Plain),
+            // Given up on after EXEC was sent: it may have run.
+            None | Some(Err(BackendError::Timeout)) => out::error(buf, super::cmd::EXEC_UNKNOWN),
+            Some(Err(e)) => backend_error(buf, e),
         }
     }
 }

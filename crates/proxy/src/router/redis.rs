@@ -17,6 +17,7 @@ use crate::metrics::Metrics;
 use crate::read_errors::ReadErrors;
 use crate::redis::cluster::Cluster;
 use crate::redis::connection::ConnectionSettings;
+use crate::redis::dedicated::DedicatedLimit;
 use crate::redis::primary::Primary;
 use crate::redis::sentinel;
 use crate::redis::shard::{AbortOnDrop, Shard};
@@ -163,6 +164,9 @@ pub struct RedisBackends {
     /// Sentinel-managed shards: the task following their primaries, for
     /// as long as this generation lives.
     _sentinel: Option<AbortOnDrop>,
+    /// RESP sessions' held connections (`redis.max_dedicated_connections`);
+    /// kept across reloads while the bound is unchanged.
+    pub dedicated: Arc<DedicatedLimit>,
 }
 
 impl RedisBackends {
@@ -175,6 +179,17 @@ impl RedisBackends {
         metrics: &Metrics,
     ) -> Result<RedisBackends, ProxyError> {
         let redis = &config.redis;
+        let dedicated = previous
+            .map(|p| p.dedicated.clone())
+            .filter(|d| d.max == redis.max_dedicated_connections)
+            .unwrap_or_else(|| {
+                let (in_use, refused) = metrics.dedicated_handles();
+                Arc::new(DedicatedLimit::new(
+                    redis.max_dedicated_connections,
+                    in_use,
+                    refused,
+                ))
+            });
         if redis.mode == RedisMode::Cluster {
             let cluster = Cluster::start(config, metrics).map_err(ProxyError::Other)?;
             return Ok(RedisBackends {
@@ -183,6 +198,7 @@ impl RedisBackends {
                 placement: Placement::Cluster(cluster),
                 request_timeout: Duration::from_millis(redis.timeout_ms),
                 _sentinel: None,
+                dedicated,
             });
         }
         let placement = Placement::Ring(RingPlacement::new(config)?);
@@ -253,6 +269,7 @@ impl RedisBackends {
             shards,
             request_timeout: Duration::from_millis(redis.timeout_ms),
             _sentinel: watcher,
+            dedicated,
         };
         // Shards kept from the previous generation may be down right now:
         // under the eject policy they stay out of the ring.
@@ -301,6 +318,15 @@ impl RedisBackends {
         match self.shards.get(shard) {
             Some(s) => s.send(lane, BackendRequest { cmd, reply }),
             None => reply.send(Err(BackendError::Unavailable)),
+        }
+    }
+
+    /// The shard (cluster node) behind index `shard`, for a connection of
+    /// a session's own (`redis::dedicated`).
+    pub fn shard_at(&self, shard: usize) -> Option<Arc<Shard>> {
+        match &self.placement {
+            Placement::Cluster(cluster) => cluster.node_at(shard),
+            Placement::Ring(_) => self.shards.get(shard).cloned(),
         }
     }
 

@@ -1,6 +1,6 @@
 // A scripted go-redis workload: run against memshift's RESP port and
 // against one plain Redis, it must print the same lines.
-// usage: go run . HOST:PORT PROTOCOL(2|3)
+// usage: go run . HOST:PORT PROTOCOL(2|3) [tx]
 package main
 
 import (
@@ -24,6 +24,11 @@ func main() {
 			return
 		}
 		fmt.Printf("%s %v\n", label, cmd)
+	}
+	if len(os.Args) > 3 && os.Args[3] == "tx" {
+		txWorkload(ctx, r, os.Args[1], proto, show)
+		fmt.Println("GO WORKLOAD DONE")
+		return
 	}
 	show("flushall", r.FlushAll(ctx))
 	show("set", r.Set(ctx, "g:s", "hello", 0))

@@ -39,6 +39,7 @@ impl RespSession {
                 self.push_ready(Render::Close);
             }
             b"RESET" => {
+                self.txn.reset(); // out of MULTI, nothing WATCHed (`transaction`)
                 self.version = RespVersion::Resp2;
                 self.name = None;
                 self.authenticated = self.proxy.settings.load().resp_password.is_none();

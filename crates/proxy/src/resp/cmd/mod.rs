@@ -11,9 +11,14 @@
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
 //! * `near`: GET/MGET through the near cache, and what writes do to it.
 //! * `refused`: what memshift cannot serve over a ring of shards, and why.
+//! * `transaction`: MULTI/EXEC/DISCARD/WATCH/UNWATCH on one shard.
+//! * `blocking`: BLPOP & co. on a connection held for the call.
+//! * `hold`: ordering around requests answered on a held connection.
 
+mod blocking;
 mod config;
 mod connection;
+mod hold;
 mod info;
 mod keyspace;
 mod multi;
@@ -23,11 +28,14 @@ mod relay;
 mod server;
 mod strings;
 mod table;
+mod transaction;
 
 use bytes::Bytes;
 use memshift_protocol::resp::CommandWriter;
 
+pub(super) use hold::HELD_INPUT_LIMIT;
 pub(super) use near::near_before_reply;
+pub(super) use transaction::{TxnState, EXEC_UNKNOWN};
 
 use super::pending::{NearAfter, Render};
 use super::RespSession;
@@ -71,6 +79,14 @@ impl RespSession {
     /// Answer or send the request in `self.args` (`raw`: its bytes, when
     /// they can go to Redis as they came).
     pub(super) fn dispatch(&mut self, raw: Option<Bytes>) {
+        // Between MULTI and EXEC (`transaction`): queued, not sent.
+        if self.queueing() {
+            return self.queue_command(raw);
+        }
+        self.dispatch_now(raw)
+    }
+
+    fn dispatch_now(&mut self, raw: Option<Bytes>) {
         let mut buf = [0u8; MAX_NAME];
         let Some(found) = upper(&self.args[0], &mut buf).and_then(lookup) else {
             return self.unknown_command();
@@ -87,6 +103,8 @@ impl RespSession {
             Family::Relay(shape) => self.relay(upper, shape, raw, 1),
             Family::Script => self.script(raw),
             Family::Multi => self.multi(upper, raw),
+            Family::Transaction => self.transaction(upper),
+            Family::Blocking => self.blocking(upper, raw),
             Family::Keyspace => self.keyspace(upper, raw),
             Family::Refused(why) => self.refuse(why),
         }
@@ -187,6 +205,10 @@ impl RespSession {
         if let (Some(hash), Some(p)) = (written, self.pending.back_mut()) {
             p.near = NearAfter::Written(hash);
         }
+        // Inside MULTI (`transaction`): queued for EXEC, not sent.
+        let Some(cmd) = self.captured(shard, || routes.redis().cluster_slot(key), cmd) else {
+            return;
+        };
         routes
             .redis()
             .send(shard, self.lane, cmd, self.reply_to(seq, 0));

@@ -21,7 +21,12 @@ struct Group {
 impl RespSession {
     pub(super) fn multi(&mut self, upper: &[u8], raw: Option<Bytes>) {
         let n = self.args.len();
-        if upper == b"MGET" && n >= 2 && crate::near_cache::get().is_some() {
+        // Inside MULTI, or WATCHing, reads skip the near cache (`transaction`).
+        if upper == b"MGET"
+            && n >= 2
+            && crate::near_cache::get().is_some()
+            && !self.txn.bypass_near_cache()
+        {
             return self.mget_near();
         }
         let (step, render) = match upper {
@@ -70,6 +75,11 @@ impl RespSession {
         }
         if groups.len() == 1 && !with_values {
             if let Some(raw) = raw {
+                // Inside MULTI (`transaction`): queued for EXEC, not sent.
+                let (shard, slot) = (groups[0].shard, groups[0].slot);
+                let Some(raw) = self.captured(shard, || slot, raw) else {
+                    return;
+                };
                 routes
                     .redis()
                     .send(groups[0].shard, self.lane, raw, self.reply_to(seq, 0));
@@ -91,6 +101,9 @@ impl RespSession {
             }
             drop(w);
             let cmd = self.cmd_buf.split().freeze();
+            let Some(cmd) = self.captured(g.shard, || g.slot, cmd) else {
+                continue;
+            };
             routes
                 .redis()
                 .send(g.shard, self.lane, cmd, self.reply_to(seq, part as u32));

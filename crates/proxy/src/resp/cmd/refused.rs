@@ -4,8 +4,6 @@
 
 const CROSS_SHARD: &str =
     "its keys may live on different shards (memshift spreads keys over several Redis servers) and it would have to read or write them together";
-const TRANSACTION: &str =
-    "a transaction must run on one Redis server and its keys may live on different shards";
 const BLOCKING: &str =
     "a blocking command would hold a backend connection that other clients' requests share";
 const PUBSUB: &str =
@@ -23,9 +21,7 @@ const TRACKING: &str = "client-side caching would need invalidations from every 
 
 pub(super) fn reason(upper: &[u8]) -> Option<&'static str> {
     Some(match upper {
-        b"MULTI" | b"EXEC" | b"DISCARD" | b"WATCH" | b"UNWATCH" => TRANSACTION,
-        b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
-        | b"BZMPOP" | b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
+        b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
         b"SUBSCRIBE" | b"UNSUBSCRIBE" | b"PSUBSCRIBE" | b"PUNSUBSCRIBE" | b"SSUBSCRIBE"
         | b"SUNSUBSCRIBE" | b"PUBLISH" | b"SPUBLISH" | b"PUBSUB" => PUBSUB,
         b"MOVE" | b"SWAPDB" => ONE_DB,

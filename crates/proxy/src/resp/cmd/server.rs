@@ -78,6 +78,10 @@ impl RespSession {
     pub(super) fn send_to_first(&mut self, cmd: Bytes, render: Render) {
         let routes = self.proxy.router.load();
         let seq = self.push_waiting(render, 1);
+        // Inside MULTI (`transaction`): queued for EXEC, not sent.
+        let Some(cmd) = self.captured(0, || None, cmd) else {
+            return;
+        };
         routes
             .redis()
             .send(0, self.lane, cmd, self.reply_to(seq, 0));

@@ -17,7 +17,14 @@ impl RespSession {
     pub(super) fn strings(&mut self, upper: &[u8], raw: Option<Bytes>) {
         let n = self.args.len();
         match upper {
-            b"GET" if n == 2 && crate::near_cache::get().is_some() => self.get_near(raw),
+            // Inside MULTI, or WATCHing, reads skip the near cache (`transaction`).
+            b"GET"
+                if n == 2
+                    && crate::near_cache::get().is_some()
+                    && !self.txn.bypass_near_cache() =>
+            {
+                self.get_near(raw)
+            }
             b"GET" | b"GETDEL" if n == 2 => self.send_as_is(raw, Render::Value),
             b"GETEX" if n >= 2 => self.send_as_is(raw, Render::Value),
             // OK, nil, or (with GET) the old value: `Value` renders all three.

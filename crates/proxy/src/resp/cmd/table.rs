@@ -20,6 +20,10 @@ pub(super) enum Family {
     /// EVAL/EVALSHA: the key in `args[3]` (exactly one key).
     Script,
     Multi,
+    /// MULTI EXEC DISCARD WATCH UNWATCH (`transaction`).
+    Transaction,
+    /// BLPOP & co. (`blocking`).
+    Blocking,
     /// SCAN, KEYS, RANDOMKEY over every shard; OBJECT on its key's.
     Keyspace,
     Refused(&'static str),
@@ -175,6 +179,19 @@ pub(super) static COMMANDS: &[Command] = &[
     row("evalsha", Script, "scripts", WRITE),
     row("eval_ro", Script, "scripts", WRITE),
     row("evalsha_ro", Script, "scripts", WRITE),
+    row("multi", Transaction, "transactions", WRITE),
+    row("exec", Transaction, "transactions", WRITE),
+    row("discard", Transaction, "transactions", WRITE),
+    row("watch", Transaction, "transactions", WRITE),
+    row("unwatch", Transaction, "transactions", WRITE),
+    row("blpop", Blocking, "lists", WRITE),
+    row("brpop", Blocking, "lists", WRITE),
+    row("blmove", Blocking, "lists", WRITE),
+    row("brpoplpush", Blocking, "lists", WRITE),
+    row("blmpop", Blocking, "lists", WRITE),
+    row("bzpopmin", Blocking, "zsets", WRITE),
+    row("bzpopmax", Blocking, "zsets", WRITE),
+    row("bzmpop", Blocking, "zsets", WRITE),
 ];
 
 /// The served command named `upper` (upper case).
