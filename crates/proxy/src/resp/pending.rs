@@ -10,6 +10,11 @@ use crate::near_cache::store::Ticket;
 use crate::redis::encoding;
 use crate::redis::{BackendError, Reply};
 
+/// The connection dropped or timed out after `EXEC` was written: Redis may
+/// have run the transaction (a client of Redis itself would see a dropped
+/// connection here; memshift must not claim it failed).
+pub(super) const EXEC_UNKNOWN: &[u8] = b"ERR memshift: the shard's connection was lost after EXEC was sent; the transaction may or may not have been applied";
+
 /// One backend reply of a request: `None` until it comes.
 pub(super) type Part = Option<Result<Frame, BackendError>>;
 
@@ -369,7 +374,7 @@ impl Pending {
             // A nil (a WATCHed key changed), an error (EXECABORT).
             Some(Ok(f)) => out::frame(buf, &f, v, Shape::Plain),
             // Given up on after EXEC was sent: it may have run.
-            None | Some(Err(BackendError::Timeout)) => out::error(buf, super::cmd::EXEC_UNKNOWN),
+            None | Some(Err(BackendError::Timeout)) => out::error(buf, EXEC_UNKNOWN),
             Some(Err(e)) => backend_error(buf, e),
         }
     }

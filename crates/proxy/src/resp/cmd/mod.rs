@@ -35,7 +35,7 @@ use memshift_protocol::resp::CommandWriter;
 
 pub(super) use hold::HELD_INPUT_LIMIT;
 pub(super) use near::near_before_reply;
-pub(super) use transaction::{TxnState, EXEC_UNKNOWN};
+pub(super) use transaction::TxnState;
 
 use super::pending::{NearAfter, Render};
 use super::RespSession;

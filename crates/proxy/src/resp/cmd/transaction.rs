@@ -23,7 +23,7 @@ use bytes::{BufMut, Bytes};
 use memshift_protocol::resp::reply as out;
 use memshift_protocol::resp::Frame;
 
-use super::super::pending::{NearAfter, Render};
+use super::super::pending::{NearAfter, Render, EXEC_UNKNOWN};
 use super::super::RespSession;
 use super::{lookup, upper, Family, Placed, MAX_NAME};
 use crate::redis::dedicated::{Dedicated, Job};
@@ -32,10 +32,6 @@ const EXECABORT: &[u8] = b"EXECABORT Transaction discarded because of previous e
 const OTHER_SHARD: &[u8] = b"CROSSSLOT memshift: a transaction's keys must live on one shard (one slot on a cluster) and this key is not on the shard of its first key or of the WATCHed keys; put them under one {hash tag}";
 const SPLIT_KEYS: &[u8] = b"CROSSSLOT memshift: this command's keys live on different shards (slots on a cluster) and a transaction runs on one; put them under one {hash tag}";
 const WATCH_SPLIT: &[u8] = b"CROSSSLOT memshift: WATCH keys must live on one shard (one slot on a cluster), the shard of any keys WATCHed already; put them under one {hash tag}";
-/// The connection dropped or timed out after `EXEC` was written: Redis may
-/// have run the transaction (a client of Redis itself would see a dropped
-/// connection here; memshift must not claim it failed).
-pub(in crate::resp) const EXEC_UNKNOWN: &[u8] = b"ERR memshift: the shard's connection was lost after EXEC was sent; the transaction may or may not have been applied";
 const WATCH_LOST: &[u8] =
     b"ERR memshift: the shard's connection was lost during WATCH; nothing is watched";
 const WATCH_GONE: &[u8] = b"ERR memshift: the connection holding the WATCH was lost; EXEC will abort, WATCH again after it";
