@@ -69,11 +69,15 @@ fn setup_with(shards: usize, near_cache: bool, sentinels: Option<&[usize]>) -> O
         ""
     };
     let mut resp = String::new();
+    // `read_errors_as_misses = false`: the verifying load counts a miss of a
+    // key it wrote as a lost acknowledged write, so the failed shard's reads
+    // during the failover must answer errors (counted as errors), not the
+    // misses they answer by default.
     let (memshift, admin, config) = start_memshift_on_free_ports(|port, admin| {
         resp = format!("127.0.0.1:{}", memshift_tests::free_port());
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nresp_listen = \"{resp}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-             [redis]\nsentinels = [{}]\nshards = [{}]\ntimeout_ms = {TIMEOUT_MS}\n\
+             [redis]\nsentinels = [{}]\nshards = [{}]\ntimeout_ms = {TIMEOUT_MS}\nread_errors_as_misses = false\n\
              [migration]\nphase = \"redis\"\n{near}",
             sentinels,
             topo.shard_list()
