@@ -35,6 +35,13 @@ pub struct RedisConfig {
     pub tls_key: Option<PathBuf>,
     /// Name checked against the shards' certificates (default: the host of each addr).
     pub tls_server_name: Option<String>,
+    /// RESP pub/sub on the ring: the shard that carries the channel space
+    /// (a shard's name or address, or its index in `shards`; default the
+    /// first). Not used with `mode = "cluster"`.
+    pub pubsub_shard: Option<String>,
+    /// RESP pub/sub: subscriber connections open at once (one per
+    /// subscribed client and node); a SUBSCRIBE beyond is refused.
+    pub max_subscriber_connections: usize,
 }
 
 impl RedisConfig {
@@ -74,6 +81,8 @@ impl Default for RedisConfig {
             tls_cert: None,
             tls_key: None,
             tls_server_name: None,
+            pubsub_shard: None,
+            max_subscriber_connections: 1024,
         }
     }
 }
@@ -103,6 +112,11 @@ impl fmt::Debug for RedisConfig {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_server_name", &self.tls_server_name)
+            .field("pubsub_shard", &self.pubsub_shard)
+            .field(
+                "max_subscriber_connections",
+                &self.max_subscriber_connections,
+            )
             .finish()
     }
 }
@@ -157,6 +171,12 @@ pub struct ShardConfig {
 }
 
 impl ShardConfig {
+    /// Whether `pubsub_shard` names this shard (`index`: its place in
+    /// `shards`).
+    pub fn is_named(&self, index: usize, name: &str) -> bool {
+        name == self.id() || name == self.addr || name.parse() == Ok(index)
+    }
+
     /// Identity on the ring: the name when set, else the address. Naming
     /// shards lets an address change without moving keys.
     pub fn id(&self) -> &str {

@@ -7,6 +7,7 @@ pub mod diverted;
 pub mod encoding;
 pub mod scripts;
 pub mod shard;
+pub mod subscriber;
 pub mod topology;
 pub mod tracking;
 pub mod translate;

@@ -15,6 +15,7 @@
 
 mod cmd;
 mod pending;
+mod subscriptions;
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use memshift_protocol::resp::request::{RequestLimits, RequestParser, MAX_REQUEST
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use crate::conn::{self, End, Queue, ReplyChannel, State};
+use crate::conn::{self, End, Pushes, Queue, ReplyChannel, State};
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
@@ -62,6 +63,10 @@ pub struct RespSession {
     /// The connection engine's state (closing, draining, limits).
     conn: State,
     cas: CasGenerator,
+    /// Pub/sub: subscriptions and subscriber connections.
+    subs: subscriptions::Subscriptions,
+    /// Messages from the subscriber connections (`conn::push`).
+    pushes: Pushes,
 }
 
 impl RespSession {
@@ -91,6 +96,8 @@ impl RespSession {
             replies: None,
             conn,
             cas: CasGenerator::new(seed),
+            subs: Default::default(),
+            pushes: Pushes::default(),
         }
     }
 
@@ -207,7 +214,7 @@ impl RespSession {
 }
 
 impl conn::Protocol for RespSession {
-    crate::protocol_basics!(Pending);
+    crate::protocol_basics!(Pending, pushes: pushes);
 
     fn write_reply(&mut self, mut p: Pending) {
         if !matches!(p.near, NearAfter::Nothing) {

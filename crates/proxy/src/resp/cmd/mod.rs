@@ -7,18 +7,21 @@
 //! * `relay`: single-key commands sent to the key's shard as they came.
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
 //! * `near`: GET/MGET through the near cache, and what writes do to it.
+//! * `pubsub`: SUBSCRIBE and friends on the client's subscriber
+//!   connections, PUBLISH and PUBSUB.
 //! * `refused`: what memshift cannot serve over a ring of shards, and why.
 
 mod connection;
 mod multi;
 mod near;
+mod pubsub;
 mod refused;
 mod relay;
 mod server;
 mod strings;
 
 use bytes::Bytes;
-use memshift_protocol::resp::reply::Shape;
+use memshift_protocol::resp::reply::{RespVersion, Shape};
 use memshift_protocol::resp::CommandWriter;
 
 pub(super) use near::near_before_reply;
@@ -43,6 +46,7 @@ enum Family {
     /// EVAL/EVALSHA: the key in `args[3]` (exactly one key).
     Script,
     Multi,
+    PubSub,
     Refused(&'static str),
 }
 
@@ -93,6 +97,8 @@ fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
             (Relay(Shape::Plain), "keys")
         }
         b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" => (Script, "scripts"),
+        b"SUBSCRIBE" | b"PSUBSCRIBE" | b"SSUBSCRIBE" | b"UNSUBSCRIBE" | b"PUNSUBSCRIBE"
+        | b"SUNSUBSCRIBE" | b"PUBLISH" | b"SPUBLISH" | b"PUBSUB" => (PubSub, "pubsub"),
         other => (Refused(refused::reason(other)?), "refused"),
     })
 }
@@ -222,6 +228,15 @@ pub(super) const SERVED: &[&str] = &[
     "evalsha",
     "eval_ro",
     "evalsha_ro",
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "publish",
+    "spublish",
+    "pubsub",
 ];
 
 fn upper<'a>(name: &[u8], buf: &'a mut [u8; MAX_NAME]) -> Option<&'a [u8]> {
@@ -251,6 +266,16 @@ impl RespSession {
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }
+        if self.subs.active() && self.version == RespVersion::Resp2 {
+            match upper {
+                b"PING" => return self.subscribed_ping(),
+                u if !pubsub::allowed_subscribed(u) => return self.refuse_subscribed(),
+                _ => {}
+            }
+        }
+        if upper == b"RESET" {
+            self.reset_subscriptions();
+        }
         match found.0 {
             Family::Connection => self.connection(upper),
             Family::Server => self.server(upper),
@@ -258,6 +283,7 @@ impl RespSession {
             Family::Relay(shape) => self.relay(upper, shape, raw, 1),
             Family::Script => self.script(raw),
             Family::Multi => self.multi(upper, raw),
+            Family::PubSub => self.pubsub(upper, raw),
             Family::Refused(why) => self.refuse(why),
         }
     }

@@ -6,7 +6,6 @@ const CROSS_SHARD: &str =
     "its keys may live on different shards (memshift spreads keys over a ring of Redis servers)";
 const TRANSACTION: &str = "transactions cannot span the shards of a ring";
 const BLOCKING: &str = "blocking commands would hold a shared backend connection";
-const PUBSUB: &str = "pub/sub is not proxied (connect to a Redis server directly)";
 const KEYSPACE: &str = "walking the keyspace of every shard is not proxied";
 const ADMIN: &str = "server and cluster administration go to each Redis server directly";
 const HEADER: &str = "string values shared with memcached clients carry memshift's item header, so bit offsets would be wrong";
@@ -18,8 +17,6 @@ pub(super) fn reason(upper: &[u8]) -> Option<&'static str> {
         b"MULTI" | b"EXEC" | b"DISCARD" | b"WATCH" | b"UNWATCH" => TRANSACTION,
         b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
         | b"BZMPOP" | b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
-        b"SUBSCRIBE" | b"UNSUBSCRIBE" | b"PSUBSCRIBE" | b"PUNSUBSCRIBE" | b"SSUBSCRIBE"
-        | b"SUNSUBSCRIBE" | b"PUBLISH" | b"SPUBLISH" | b"PUBSUB" => PUBSUB,
         b"SCAN" | b"KEYS" | b"RANDOMKEY" => KEYSPACE,
         b"RENAME" | b"RENAMENX" | b"COPY" | b"MOVE" | b"SMOVE" | b"SINTER" | b"SINTERSTORE"
         | b"SINTERCARD" | b"SUNION" | b"SUNIONSTORE" | b"SDIFF" | b"SDIFFSTORE" | b"LMOVE"
