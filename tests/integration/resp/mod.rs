@@ -7,4 +7,5 @@ mod cluster;
 mod cross_protocol;
 mod hostile;
 mod near_cache;
+mod pubsub;
 mod refused;

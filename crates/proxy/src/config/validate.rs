@@ -249,7 +249,12 @@ fn redis(c: &Config) -> Check {
         }
     }
     if let Some(name) = &r.pubsub_shard {
-        if !r.shards.iter().enumerate().any(|(i, s)| s.is_named(i, name)) {
+        if !r
+            .shards
+            .iter()
+            .enumerate()
+            .any(|(i, s)| s.is_named(i, name))
+        {
             return Err(format!("redis.pubsub_shard: {name:?} is none of redis.shards (give a shard's name, address or index)"));
         }
     }

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 /// Pushes a source may have sent and the connection not yet taken: the
 /// source waits beyond that (a subscriber connection stops reading its
 /// shard), so memory stays bounded while the connection's task is busy.
-pub const CHANNEL_CAPACITY: usize = 256;
+pub const CHANNEL_CAPACITY: usize = 128;
 
 /// One unsolicited frame.
 #[derive(Debug)]
@@ -45,6 +45,8 @@ pub struct Pushes {
     held: VecDeque<Push>,
     /// Bytes of the frames held.
     bytes: usize,
+    /// The connection is closing: pushes are dropped.
+    closed: bool,
     /// A source may push at any time: the connection stays busy (it waits
     /// on the channel, not only on its socket) and has no idle timeout.
     pub expecting: bool,
@@ -64,6 +66,9 @@ impl Pushes {
 
     /// Take a push the source sent.
     pub fn hold(&mut self, push: Push) {
+        if self.closed {
+            return;
+        }
         self.bytes += push.frame.len();
         self.held.push_back(push);
     }
@@ -91,6 +96,7 @@ impl Pushes {
         self.held.clear();
         self.bytes = 0;
         self.expecting = false;
+        self.closed = true;
     }
 
     pub fn is_empty(&self) -> bool {

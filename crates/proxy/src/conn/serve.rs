@@ -231,7 +231,7 @@ where
                     }
                 }
             }
-            push = recv_push(io.pushes.as_deref_mut()), if !st.closing => {
+            push = recv_push(io.pushes.as_deref_mut()) => {
                 if let Some(pushes) = p.io().pushes {
                     if let Some(push) = push {
                         pushes.hold(push);
@@ -315,9 +315,10 @@ fn close_slow_consumer<P: Protocol>(p: &mut P) -> Option<End> {
     let io = p.io();
     let push_bytes = io.pushes.as_deref().map_or(0, Pushes::bytes);
     let max_bytes = io.state.max_pending_bytes;
-    let over = io
-        .queue
-        .over(io.state.max_pending_replies, max_bytes.saturating_sub(push_bytes));
+    let over = io.queue.over(
+        io.state.max_pending_replies,
+        max_bytes.saturating_sub(push_bytes),
+    );
     if !over && push_bytes <= max_bytes {
         return None;
     }
@@ -332,6 +333,12 @@ fn flush_ready<P: Protocol>(p: &mut P) {
         return;
     }
     let mut now = None;
+    if let Some(pushes) = p.io().pushes {
+        // A source sends a push before the reply that follows it (on the
+        // reply channel, taken first): it must be held before that reply
+        // is written.
+        pushes.take_sent();
+    }
     loop {
         let io = p.io();
         if io.wbuf.len() >= MAX_OUTPUT_BYTES {
@@ -361,6 +368,9 @@ fn flush_ready<P: Protocol>(p: &mut P) {
             // Nothing after a close is answered.
             io.queue.clear();
             io.state.closing = true;
+            if let Some(pushes) = io.pushes {
+                pushes.close();
+            }
             return;
         }
         if io.wbuf.capacity() == 0 {

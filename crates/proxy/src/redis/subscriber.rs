@@ -82,7 +82,8 @@ impl Subscriber {
     pub fn send(&self, command: SubscriberCommand) {
         if let Err(mpsc::error::SendError(c)) = self.tx.send(command) {
             // The connection has failed (its close push is on its way).
-            c.reply.send(Ok(lost_error(&self.addr, "connection closed")));
+            c.reply
+                .send(Ok(lost_error(&self.addr, "connection closed")));
         }
     }
 }
@@ -136,13 +137,12 @@ impl Link {
         mut rx: mpsc::UnboundedReceiver<SubscriberCommand>,
     ) -> Result<(), String> {
         let settings = &self.settings;
-        let stream = match tokio::time::timeout(settings.connect_timeout, open_stream(settings))
-            .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("connect timeout".into()),
-        };
+        let stream =
+            match tokio::time::timeout(settings.connect_timeout, open_stream(settings)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => return Err("connect timeout".into()),
+            };
         let (mut rd, mut wr) = stream.into_split();
         let mut out = BytesMut::new();
         hello(&mut out, settings);
@@ -186,7 +186,12 @@ impl Link {
     async fn take(&mut self, frame: Frame) -> Result<(), String> {
         if is_message(&frame) || self.awaiting.is_empty() {
             let mut encoded = BytesMut::new();
-            out::frame(&mut encoded, &as_version(frame, self.version), self.version, Shape::Plain);
+            out::frame(
+                &mut encoded,
+                &as_version(frame, self.version),
+                self.version,
+                Shape::Plain,
+            );
             let push = Push {
                 after: self.after,
                 frame: encoded.freeze(),
@@ -194,7 +199,11 @@ impl Link {
             };
             // Waits while the client's connection holds `CHANNEL_CAPACITY`
             // pushes: this connection stops reading its shard.
-            return self.pushes.send(push).await.map_err(|_| "client gone".into());
+            return self
+                .pushes
+                .send(push)
+                .await
+                .map_err(|_| "client gone".into());
         }
         let Some(waiting) = self.awaiting.front_mut() else {
             return Ok(());
@@ -222,7 +231,13 @@ fn hello(out: &mut BytesMut, settings: &ConnectionSettings) {
     match &settings.password {
         Some(password) => {
             let user = settings.username.as_deref().unwrap_or("default");
-            let auth = [b"HELLO".as_slice(), b"3", b"AUTH", user.as_bytes(), password.as_bytes()];
+            let auth = [
+                b"HELLO".as_slice(),
+                b"3",
+                b"AUTH",
+                user.as_bytes(),
+                password.as_bytes(),
+            ];
             encode_command(out, &auth);
         }
         None => encode_command(out, &[b"HELLO", b"3"]),

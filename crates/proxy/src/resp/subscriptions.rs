@@ -115,6 +115,13 @@ impl Subscriptions {
         n.max(1)
     }
 
+    /// The session's subscriber connection to `node`, if it has one.
+    pub fn conn_to(&self, node: usize) -> Option<&Subscriber> {
+        let main = self.main.iter().filter(|l| l.node == node);
+        let mut links = main.chain(self.shard_links.iter().filter(|l| l.node == node));
+        links.next().map(|l| &l.conn)
+    }
+
     /// Close the connections nothing is subscribed on any more (each ends
     /// once what was sent to it is answered).
     pub fn drop_unused(&mut self, pushes: &mut Pushes) {

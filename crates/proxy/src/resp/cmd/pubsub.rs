@@ -142,10 +142,16 @@ impl RespSession {
         }
         let settings = {
             let routes = self.proxy.router.load();
-            routes.redis().shards.get(node).map(|s| s.settings().clone())
+            routes
+                .redis()
+                .shards
+                .get(node)
+                .map(|s| s.settings().clone())
         };
         let Some(settings) = settings else {
-            self.push_error(b"CLUSTERDOWN memshift: the channel's node is not known yet; try again");
+            self.push_error(
+                b"CLUSTERDOWN memshift: the channel's node is not known yet; try again",
+            );
             return None;
         };
         let max = self.proxy.settings.load().max_subscriber_connections;
@@ -273,6 +279,21 @@ impl RespSession {
             Err(text) => return self.push_error(text),
         };
         let cmd = raw.unwrap_or_else(|| self.encode_args());
+        if self.subs.conn_to(node).is_some() {
+            // On the session's own subscriber connection to that node, as
+            // Redis orders it: a message this PUBLISH delivers to the
+            // session comes before its reply.
+            let seq = self.push_waiting(Render::Frames, 1);
+            let reply = self.reply_to(seq, 0);
+            if let Some(conn) = self.subs.conn_to(node) {
+                conn.send(SubscriberCommand {
+                    cmd,
+                    frames: 1,
+                    reply,
+                });
+            }
+            return;
+        }
         let seq = self.push_waiting(Render::Relay(Shape::Plain), 1);
         let reply = self.reply_to(seq, 0);
         let routes = self.proxy.router.load();
