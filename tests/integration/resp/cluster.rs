@@ -22,7 +22,7 @@ const TOOLS: &[&str] = &["redis-server", "redis-cli"];
 
 /// memshift in cluster mode over `nodes` with its RESP listener on;
 /// returns it, its RESP port and its admin port.
-fn start(nodes: &RedisClusterNodes, extra_tables: &str) -> (Memshift, u16, u16) {
+pub(super) fn start(nodes: &RedisClusterNodes, extra_tables: &str) -> (Memshift, u16, u16) {
     let seeds = nodes.addrs()[..2]
         .iter()
         .map(|a| format!("\"{a}\""))

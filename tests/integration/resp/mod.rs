@@ -8,4 +8,5 @@ mod cross_protocol;
 mod hostile;
 mod near_cache;
 mod pubsub;
+mod pubsub_cluster;
 mod refused;
