@@ -112,3 +112,51 @@ impl Pushes {
         self.rx.as_mut()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(after: u64, frame: &'static [u8], close: bool) -> Push {
+        Push {
+            after,
+            frame: Bytes::from_static(frame),
+            close,
+        }
+    }
+
+    #[test]
+    fn a_push_waits_for_the_requests_before_it() {
+        let mut p = Pushes::default();
+        p.hold(push(3, b"one", false));
+        p.hold(push(5, b"three", false));
+        assert_eq!(p.bytes(), 8);
+        // Requests 0..=2 answered (the first unanswered is 3): the first is due.
+        assert!(p.pop_due(2).is_none());
+        assert_eq!(p.pop_due(3).map(|x| x.frame), Some(Bytes::from_static(b"one")));
+        // The next waits for request 4 to be answered, and keeps its order.
+        assert!(p.pop_due(4).is_none());
+        assert_eq!(p.bytes(), 5);
+        assert!(p.pop_due(9).is_some());
+        assert!(p.is_empty());
+        assert_eq!(p.bytes(), 0);
+    }
+
+    #[test]
+    fn sent_pushes_are_taken_without_waiting_and_dropped_once_closed() {
+        let mut p = Pushes::default();
+        let tx = p.sender();
+        tx.try_send(push(0, b"a", false)).expect("send");
+        tx.try_send(push(0, b"bc", false)).expect("send");
+        p.take_sent();
+        assert_eq!(p.bytes(), 3);
+        // One channel for every source.
+        let again = p.sender();
+        again.try_send(push(0, b"d", true)).expect("send");
+        p.close();
+        assert!(p.is_empty());
+        assert!(!p.expecting);
+        p.take_sent();
+        assert!(p.is_empty(), "a closed connection holds no more pushes");
+    }
+}
