@@ -88,6 +88,8 @@ pub(super) fn render(c: &Config) -> String {
     o.path("tls_cert", r.tls_cert.as_deref());
     o.path("tls_key", r.tls_key.as_deref());
     o.opt_str("tls_server_name", r.tls_server_name.as_deref());
+    o.opt_str("pubsub_shard", r.pubsub_shard.as_deref());
+    o.raw("max_subscriber_connections", r.max_subscriber_connections);
 
     o.section("ring");
     o.raw("vnodes", c.ring.vnodes);
