@@ -150,18 +150,7 @@ fn pubsub_shard_killed_closes_subscriber_with_an_error() {
         memshift_tests::RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(10))
             .expect("connect");
     cluster.shards[0].stop();
-    sub.set_read_timeout(Some(Duration::from_secs(15)))
-        .expect("timeout");
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let closed = loop {
-        match sub.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(_) => break false,
-        }
-    };
-    let text = String::from_utf8_lossy(&got);
+    let (text, closed) = read_to_close(&mut sub);
     assert!(
         text.starts_with("-ERR memshift: pub/sub connection to ") && text.contains("lost"),
         "the subscriber saw: {text:?}"
@@ -207,6 +196,53 @@ fn pubsub_shard_killed_closes_subscriber_with_an_error() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Everything `s` gets until memshift closes it (or 15 s pass: not closed).
+fn read_to_close(s: &mut TcpStream) -> (String, bool) {
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+#[test]
+fn pubsub_silent_shard_closes_subscriber_with_an_error() {
+    if !require_tools(
+        "pubsub_silent_shard_closes_subscriber_with_an_error",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let cluster = RespCluster::start_with(2, "");
+    let mut sub = subscriber(cluster.resp_port, "alerts");
+    // The shard stops answering without closing anything.
+    cluster.shards[0].signal(libc::SIGSTOP);
+    let started = Instant::now();
+    let (text, closed) = read_to_close(&mut sub);
+    cluster.shards[0].signal(libc::SIGCONT);
+    assert!(
+        text.starts_with("-ERR memshift: pub/sub connection to ")
+            && text.contains("PINGs unanswered"),
+        "the subscriber saw: {text:?}"
+    );
+    assert!(
+        closed,
+        "the subscriber's connection stayed open after {text:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

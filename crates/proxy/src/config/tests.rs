@@ -1137,7 +1137,10 @@ fn pubsub_shard_names_a_shard_and_max_subscribers_is_at_least_one() {
     assert_eq!(settled("pubsub_shard = \"127.0.0.1:7002\"\n"), 2);
     assert_eq!(settled("pubsub_shard = \"1\"\n"), 1);
     let e = err_full(&shards("pubsub_shard = \"nope\"\n"));
-    assert_mentions(&e, &["redis.pubsub_shard", "\"nope\"", "none of redis.shards"]);
+    assert_mentions(
+        &e,
+        &["redis.pubsub_shard", "\"nope\"", "none of redis.shards"],
+    );
     let e = err_full(&format!("{CLUSTER}pubsub_shard = \"0\"\n"));
     assert_mentions(&e, &["redis.pubsub_shard", "mode = \"cluster\""]);
     assert_eq!(ok("").redis.max_subscriber_connections, 1024);

@@ -133,7 +133,10 @@ mod tests {
         assert_eq!(p.bytes(), 8);
         // Requests 0..=2 answered (the first unanswered is 3): the first is due.
         assert!(p.pop_due(2).is_none());
-        assert_eq!(p.pop_due(3).map(|x| x.frame), Some(Bytes::from_static(b"one")));
+        assert_eq!(
+            p.pop_due(3).map(|x| x.frame),
+            Some(Bytes::from_static(b"one"))
+        );
         // The next waits for request 4 to be answered, and keeps its order.
         assert!(p.pop_due(4).is_none());
         assert_eq!(p.bytes(), 5);

@@ -7,14 +7,15 @@
 //! client's pushes (`conn::push`), encoded in the client's protocol, placed
 //! after the reply read before them.
 //!
-//! The connection failing (the shard down, killed, unreachable) is never
-//! silent: requests waiting are answered with the error, and a last push
+//! The connection failing (the shard down, killed, unreachable, or silent:
+//! a `PING` every second, three unanswered end it) is never silent: requests waiting are answered with the error, and a last push
 //! carries it and closes the client (its subscriptions are gone). Counted
 //! in `memshift_resp_subscriber_connections_lost_total`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use memshift_protocol::resp::reply::{self as out, RespVersion, Shape};
@@ -26,6 +27,10 @@ use super::connection::{open_stream, ConnectionSettings};
 use super::ReplyTo;
 use crate::conn::{Push, PushSender};
 use crate::metrics::Metrics;
+
+const PING_EVERY: Duration = Duration::from_secs(1);
+/// PINGs unanswered before the connection counts as dead.
+const MAX_UNANSWERED_PINGS: usize = 3;
 
 /// Subscriber connections open in this process (`redis.max_subscriber_connections`).
 static OPEN: AtomicUsize = AtomicUsize::new(0);
@@ -88,11 +93,12 @@ impl Subscriber {
     }
 }
 
-/// A command sent, and the frames of its answer so far.
+/// A command sent, and the frames of its answer so far (`reply` `None`:
+/// memshift's own PING).
 struct Awaiting {
     frames: usize,
     got: Vec<Frame>,
-    reply: ReplyTo,
+    reply: Option<ReplyTo>,
 }
 
 struct Link {
@@ -117,8 +123,8 @@ impl Link {
         let addr = &self.settings.addr;
         tracing::warn!(shard = %addr, reason = %why, "RESP subscriber connection lost; closing its client");
         let error = lost_error(addr, &why);
-        for waiting in self.awaiting.drain(..) {
-            waiting.reply.send(Ok(error.clone()));
+        for reply in self.awaiting.drain(..).filter_map(|w| w.reply) {
+            reply.send(Ok(error.clone()));
         }
         let mut frame = BytesMut::new();
         out::frame(&mut frame, &error, self.version, Shape::Plain);
@@ -151,6 +157,8 @@ impl Link {
         let mut buf = BytesMut::with_capacity(4096);
         let mut greeted = false;
         let mut open = true;
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             while let Some(frame) = parser.parse(&mut buf).map_err(|e| e.to_string())? {
                 if !greeted {
@@ -162,14 +170,15 @@ impl Link {
                 }
                 self.take(frame).await?;
             }
-            if !open && self.awaiting.is_empty() {
+            if !open && self.awaiting.iter().all(|w| w.reply.is_none()) {
                 return Ok(());
             }
             tokio::select! {
                 command = rx.recv(), if open => match command {
                     Some(c) => {
                         wr.write_all(&c.cmd).await.map_err(|e| e.to_string())?;
-                        self.awaiting.push_back(Awaiting { frames: c.frames, got: Vec::new(), reply: c.reply });
+                        let reply = Some(c.reply);
+                        self.awaiting.push_back(Awaiting { frames: c.frames, got: Vec::new(), reply });
                     }
                     None => open = false,
                 },
@@ -178,13 +187,25 @@ impl Link {
                     Ok(_) => {}
                     Err(e) => return Err(e.to_string()),
                 },
+                _ = ping.tick(), if greeted => {
+                    let pings = self.awaiting.iter().filter(|w| w.reply.is_none()).count();
+                    if pings >= MAX_UNANSWERED_PINGS {
+                        return Err("PINGs unanswered".into());
+                    }
+                    wr.write_all(b"*1\r\n$4\r\nPING\r\n").await.map_err(|e| e.to_string())?;
+                    self.awaiting.push_back(Awaiting { frames: 1, got: Vec::new(), reply: None });
+                }
             }
         }
     }
 
     /// A frame from Redis: part of the oldest command's answer, or a push.
     async fn take(&mut self, frame: Frame) -> Result<(), String> {
-        if is_message(&frame) || self.awaiting.is_empty() {
+        // A push while memshift's PING (or nothing) is awaited is Redis'
+        // own (a `sunsubscribe` when a slot moves away).
+        let front_is_ping = self.awaiting.front().map(|w| w.reply.is_none());
+        let unsolicited = matches!(frame, Frame::Push(_)) && front_is_ping != Some(false);
+        if is_message(&frame) || unsolicited || front_is_ping.is_none() {
             let mut encoded = BytesMut::new();
             out::frame(
                 &mut encoded,
@@ -216,12 +237,18 @@ impl Link {
         let Some(done) = self.awaiting.pop_front() else {
             return Ok(());
         };
-        self.after = done.reply.seq + 1;
+        let Some(reply) = done.reply else {
+            return match error {
+                true => Err(format!("PING answered {:?}", done.got.last())),
+                false => Ok(()),
+            };
+        };
+        self.after = reply.seq + 1;
         let answer = match error {
             true => done.got.into_iter().next_back().unwrap_or(Frame::Null),
             false => Frame::Array(done.got),
         };
-        done.reply.send(Ok(answer));
+        reply.send(Ok(answer));
         Ok(())
     }
 }
