@@ -2,7 +2,7 @@
 //!
 //! glibc keeps freed memory in its arenas: after a burst of connections
 //! closes, the process keeps its peak RSS, fragmented, indefinitely (busy
-//! sessions' buffers are pooled, see `session::pool`, but each connection's
+//! sessions' buffers are pooled, see `conn::pool`, but each connection's
 //! task and stream are freed). A background thread calls `malloc_trim(0)`
 //! (which also returns free pages in the middle of the heap) a few seconds
 //! after sessions end, and never while none do, so a proxy with steady

@@ -372,3 +372,74 @@ fn resp_hostile_bytes_beside_a_verifying_client() {
         Resp::Bulk(Some(b"small-value".to_vec()))
     );
 }
+
+/// `idle_timeout_ms` on the RESP port: an idle client is closed, an active
+/// one is not; idle connections hold no buffers (little memory each), and
+/// wake up to serve again.
+#[test]
+fn resp_idle_clients_are_closed_and_cost_little() {
+    if !require_tools(
+        "resp_idle_clients_are_closed_and_cost_little",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    const IDLE_MS: u64 = 400;
+    const CONNS: usize = 1_000;
+    const KIB_PER_IDLE_CONNECTION: u64 = 6;
+    let cluster = start(2, &format!("idle_timeout_ms = {IDLE_MS}\n"));
+    setup(&cluster);
+    let addr = cluster.resp_addr();
+    let ping = |c: &mut RedisClient| c.cmd(&[b"PING"]).ok() == Some(Resp::Simple("PONG".into()));
+
+    // Idle after one request: closed after about IDLE_MS.
+    let mut idle = TcpStream::connect(&addr).expect("connect");
+    let since = Instant::now();
+    let (reply, closed) =
+        send_and_read(&mut idle, &resp_command(&[b"PING"]), Duration::from_secs(5));
+    let took = since.elapsed();
+    assert_eq!(reply, b"+PONG\r\n", "PING, then the close");
+    assert!(closed, "an idle RESP client was not closed within 5 s");
+    assert!(
+        took >= Duration::from_millis(IDLE_MS * 2 / 3),
+        "an idle RESP client was closed after {took:?}, before idle_timeout_ms = {IDLE_MS}"
+    );
+
+    // Active: a PING every 25 ms for five idle periods.
+    let mut active = RedisClient::connect(&addr, Duration::from_secs(5)).expect("connect");
+    let until = Instant::now() + Duration::from_millis(IDLE_MS * 5);
+    while Instant::now() < until {
+        assert!(ping(&mut active), "the active RESP client was closed");
+        thread::sleep(Duration::from_millis(25));
+    }
+    drop(active);
+
+    // Many idle connections (memshift without the idle timeout): each used
+    // once, then idle.
+    drop(cluster);
+    let cluster = start(2, "");
+    let pid = cluster.memshift.pid().expect("memshift pid");
+    setup(&cluster);
+    let addr = cluster.resp_addr();
+    thread::sleep(Duration::from_millis(500));
+    let rss_before = vm_rss_kib(pid);
+    let mut conns = Vec::with_capacity(CONNS);
+    for i in 0..CONNS {
+        let mut c = RedisClient::connect(&addr, Duration::from_secs(5)).expect("connect");
+        if i % 2 == 0 {
+            let got = c.cmd(&[b"GET", b"small"]).expect("GET");
+            assert_eq!(got, Resp::Bulk(Some(b"small-value".to_vec())));
+        } else {
+            assert!(ping(&mut c), "PING on connection {i}");
+        }
+        conns.push(c);
+    }
+    let idle_rss = vm_rss_kib(pid);
+    let per_connection = idle_rss.saturating_sub(rss_before) as f64 / CONNS as f64;
+    eprintln!("{CONNS} idle RESP connections: {per_connection:.2} KiB RSS per connection");
+    assert!(
+        idle_rss <= rss_before + CONNS as u64 * KIB_PER_IDLE_CONNECTION,
+        "{CONNS} idle RESP connections: {per_connection:.2} KiB each (budget \
+         {KIB_PER_IDLE_CONNECTION} KiB)"
+    );
+}

@@ -28,7 +28,7 @@ use tokio::io::AsyncRead;
 use tokio::time::Instant;
 
 use crate::metrics::Protocol as Front;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, Settings};
 use crate::redis::BackendReply;
 pub use pool::ReplyChannel;
 pub use push::{Push, PushSender, Pushes};
@@ -66,23 +66,33 @@ pub struct State {
     pub max_pending_replies: usize,
     /// Reply bytes a client may have waiting (on top of the output buffer)
     /// before it is closed as a slow consumer: `server.max_pending_bytes`
-    /// (at least 4 × `max_item_size` on the memcached side) as of the last
-    /// input.
+    /// (at least 4 × `max_item_size`) as of the last input.
     pub max_pending_bytes: usize,
 }
 
 impl State {
     pub fn new(proxy: &Proxy) -> State {
-        let settings = proxy.settings.load();
-        State {
+        let mut state = State {
             closing: false,
             read_closed: false,
             draining: false,
             last_input: Instant::now(),
             drain_deadline: None,
-            max_pending_replies: settings.max_pending_replies,
-            max_pending_bytes: settings.max_pending_bytes,
-        }
+            max_pending_replies: 0,
+            max_pending_bytes: 0,
+        };
+        state.load_limits(&proxy.settings.load());
+        state
+    }
+
+    /// The live backpressure limits (a reload may have changed them),
+    /// copied for a batch of input.
+    pub fn load_limits(&mut self, settings: &Settings) {
+        self.max_pending_replies = settings.max_pending_replies;
+        // A client may always have a few of the largest items waiting.
+        self.max_pending_bytes = settings
+            .max_pending_bytes
+            .max(4 * settings.limits.max_item_size);
     }
 }
 

@@ -117,8 +117,7 @@ impl RespSession {
             max_args: MAX_REQUEST_ARGS,
             unauthenticated: !self.authenticated,
         };
-        self.conn.max_pending_replies = settings.max_pending_replies;
-        self.conn.max_pending_bytes = settings.max_pending_bytes;
+        self.conn.load_limits(&settings);
         drop(settings);
         self.request_timeout = self.proxy.router.load().redis().request_timeout;
         while !self.conn.closing && self.pending.room() {

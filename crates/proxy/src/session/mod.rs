@@ -233,12 +233,8 @@ impl Session {
     /// read), copied into the session for this batch of input.
     fn load_limits(&mut self) -> memshift_protocol::memcache::ParseLimits {
         let settings = self.proxy.settings.load();
-        self.conn.max_pending_replies = settings.max_pending_replies;
+        self.conn.load_limits(&settings);
         self.max_item_size = settings.limits.max_item_size;
-        // A client may always have a few of the largest items waiting.
-        self.conn.max_pending_bytes = settings
-            .max_pending_bytes
-            .max(4 * settings.limits.max_item_size);
         self.near_limits = settings.near_cache;
         settings.limits
     }
