@@ -7,34 +7,17 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use memshift_tests::ops_support::{metric, vm_rss_kib, wait_until};
 use memshift_tests::resp_proxy::{send_and_read, start_resp_memshift};
-use memshift_tests::{
-    redis_py_python, require_tools, run_with_timeout, RedisServer, Resp, RespCluster,
-};
+use memshift_tests::{require_tools, RedisServer, Resp, RespCluster};
+
+use super::clients::same_redis_py_output;
 
 const PUBSUB_PY: &str = include_str!("pubsub.py");
 const POLL: Duration = Duration::from_millis(50);
 const SUBSCRIBERS: &str = "memshift_resp_subscriber_connections";
-
-fn redis_py(python: &std::path::Path, script: &std::path::Path, port: u16, proto: u8) -> String {
-    let mut cmd = Command::new(python);
-    cmd.arg(script)
-        .arg("127.0.0.1")
-        .arg(port.to_string())
-        .arg(proto.to_string());
-    let out = run_with_timeout(cmd, Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success() && out.stdout.contains("PUBSUB DONE"),
-        "redis-py pubsub on port {port} (RESP{proto}) failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
-}
 
 #[test]
 fn pubsub_redis_py_matches_plain_redis() {
@@ -45,28 +28,8 @@ fn pubsub_redis_py_matches_plain_redis() {
         return;
     }
     let cluster = RespCluster::start();
-    let plain = RedisServer::start();
-    let python = redis_py_python();
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let script = tmp.path().join("pubsub.py");
-    std::fs::write(&script, PUBSUB_PY).expect("write the script");
-    for proto in [2, 3] {
-        let want = redis_py(&python, &script, plain.port(), proto);
-        let got = redis_py(&python, &script, cluster.resp_port, proto);
-        let differs = want.lines().zip(got.lines()).position(|(w, g)| w != g);
-        assert!(
-            want == got,
-            "RESP{proto}: memshift differs from plain Redis at line {differs:?} \
-             (of {} and {}):\n  redis:    {:.300}\n  memshift: {:.300}\nmemshift stderr:\n{}",
-            want.lines().count(),
-            got.lines().count(),
-            differs
-                .and_then(|i| want.lines().nth(i))
-                .unwrap_or_default(),
-            differs.and_then(|i| got.lines().nth(i)).unwrap_or_default(),
-            cluster.memshift.stderr()
-        );
-        assert!(want.contains("'data': b'payload 19'"), "{want}");
+    for out in same_redis_py_output(&cluster, PUBSUB_PY) {
+        assert!(out.contains("'data': b'payload 19'"), "{out}");
     }
     // Every subscriber connection is closed once its client is.
     wait_until(
