@@ -63,8 +63,9 @@ pub struct RespSession {
     /// The connection engine's state (closing, draining, limits).
     conn: State,
     cas: CasGenerator,
-    /// Pub/sub: subscriptions and subscriber connections.
-    subs: subscriptions::Subscriptions,
+    /// Pub/sub: subscriptions and subscriber connections (boxed, and only
+    /// while subscribed: most sessions never are).
+    subs: Option<Box<subscriptions::Subscriptions>>,
     /// Messages from the subscriber connections (`conn::push`).
     pushes: Pushes,
 }
@@ -96,7 +97,7 @@ impl RespSession {
             replies: None,
             conn,
             cas: CasGenerator::new(seed),
-            subs: Default::default(),
+            subs: None,
             pushes: Pushes::default(),
         }
     }

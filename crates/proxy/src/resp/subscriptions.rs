@@ -52,6 +52,13 @@ pub(super) struct Link {
     pub conn: Subscriber,
 }
 
+/// Which of the session's subscriber connections.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LinkRef {
+    Main,
+    Shard(usize),
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Subscriptions {
     pub channels: HashSet<Bytes>,
@@ -134,11 +141,35 @@ impl Subscriptions {
         pushes.expecting = self.active();
     }
 
-    /// RESET: every subscription and connection dropped.
-    pub fn reset(&mut self, pushes: &mut Pushes) {
-        self.channels.clear();
-        self.patterns.clear();
-        self.shard_channels.clear();
-        self.drop_unused(pushes);
+    /// The connection for `kind` on `node`, if open.
+    pub fn link_to(&self, kind: Kind, node: usize) -> Option<LinkRef> {
+        match kind {
+            Kind::Shard => self
+                .shard_links
+                .iter()
+                .position(|l| l.node == node)
+                .map(LinkRef::Shard),
+            _ => self.main.as_ref().map(|_| LinkRef::Main),
+        }
+    }
+
+    pub fn add_link(&mut self, kind: Kind, link: Link) -> LinkRef {
+        match kind {
+            Kind::Shard => {
+                self.shard_links.push(link);
+                LinkRef::Shard(self.shard_links.len() - 1)
+            }
+            _ => {
+                self.main = Some(link);
+                LinkRef::Main
+            }
+        }
+    }
+
+    pub fn conn(&self, link: LinkRef) -> Option<&Subscriber> {
+        match link {
+            LinkRef::Main => self.main.as_ref().map(|l| &l.conn),
+            LinkRef::Shard(i) => self.shard_links.get(i).map(|l| &l.conn),
+        }
     }
 }

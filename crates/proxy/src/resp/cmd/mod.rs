@@ -266,7 +266,7 @@ impl RespSession {
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }
-        if self.subs.active() && self.version == RespVersion::Resp2 {
+        if self.subs.as_ref().is_some_and(|s| s.active()) && self.version == RespVersion::Resp2 {
             match upper {
                 b"PING" => return self.subscribed_ping(),
                 u if !pubsub::allowed_subscribed(u) => return self.refuse_subscribed(),

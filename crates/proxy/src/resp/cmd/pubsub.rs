@@ -14,7 +14,7 @@ use memshift_protocol::resp::reply::{self as out, RespVersion, Shape};
 use memshift_protocol::resp::Frame;
 
 use super::super::pending::Render;
-use super::super::subscriptions::{Kind, Link};
+use super::super::subscriptions::{Kind, Link, LinkRef};
 use super::super::RespSession;
 use crate::redis::subscriber::{Subscriber, SubscriberCommand};
 
@@ -73,7 +73,9 @@ impl RespSession {
 
     /// RESET: subscriptions go with the rest of the session's state.
     pub(super) fn reset_subscriptions(&mut self) {
-        self.subs.reset(&mut self.pushes);
+        // Its connections end once what was sent to them is answered.
+        self.subs = None;
+        self.pushes.expecting = false;
     }
 
     /// The node carrying `kind`'s channel space (for shard channels, the
@@ -109,17 +111,15 @@ impl RespSession {
             return; // answered with why
         };
         let frames = self.args.len() - 1;
+        let subs = self.subs.get_or_insert_with(Box::default);
         for channel in &self.args[1..] {
-            self.subs.add(kind, channel, node);
+            subs.add(kind, channel, node);
         }
         self.pushes.expecting = true;
         let cmd = raw.unwrap_or_else(|| self.encode_args());
         let seq = self.push_waiting(Render::Frames, 1);
         let reply = self.reply_to(seq, 0);
-        let conn = match link {
-            LinkRef::Main => self.subs.main.as_ref().map(|l| &l.conn),
-            LinkRef::Shard(i) => self.subs.shard_links.get(i).map(|l| &l.conn),
-        };
+        let conn = self.subs.as_deref().and_then(|s| s.conn(link));
         if let Some(conn) = conn {
             conn.send(SubscriberCommand { cmd, frames, reply });
         }
@@ -128,15 +128,7 @@ impl RespSession {
     /// The subscriber connection for `kind` on `node`, opened if need be;
     /// `None` when it cannot be (answered with why).
     fn link_for(&mut self, kind: Kind, node: usize) -> Option<LinkRef> {
-        let existing = match kind {
-            Kind::Shard => self
-                .subs
-                .shard_links
-                .iter()
-                .position(|l| l.node == node)
-                .map(LinkRef::Shard),
-            _ => self.subs.main.as_ref().map(|_| LinkRef::Main),
-        };
+        let existing = self.subs.as_deref().and_then(|s| s.link_to(kind, node));
         if existing.is_some() {
             return existing;
         }
@@ -168,40 +160,33 @@ impl RespSession {
             self.push_error(text.as_bytes());
             return None;
         };
-        let link = Link { node, conn };
-        Some(match kind {
-            Kind::Shard => {
-                self.subs.shard_links.push(link);
-                LinkRef::Shard(self.subs.shard_links.len() - 1)
-            }
-            _ => {
-                self.subs.main = Some(link);
-                LinkRef::Main
-            }
-        })
+        let subs = self.subs.get_or_insert_with(Box::default);
+        Some(subs.add_link(kind, Link { node, conn }))
     }
 
     fn unsubscribe(&mut self, kind: Kind, raw: Option<Bytes>) {
         if kind == Kind::Shard && !self.one_slot() {
             return self.push_error(b"CROSSSLOT Keys in request don't hash to the same slot");
         }
-        let cmd = raw.unwrap_or_else(|| self.encode_args());
-        // (link index, frames) per connection the command goes to.
+        let node = match (kind, self.args.get(1)) {
+            (Kind::Shard, Some(first)) => self.channel_node(kind, first).ok(),
+            _ => None,
+        };
+        let Some(subs) = self.subs.as_deref_mut() else {
+            return self.unsubscribed_from_nothing(kind);
+        };
+        // (link, frames) per connection the command goes to.
         let mut targets: Vec<(LinkRef, usize)> = Vec::new();
         let named = self.args.len() - 1;
         match kind {
             Kind::Shard => {
-                let node = match self.args.get(1) {
-                    Some(first) => self.channel_node(kind, first).ok(),
-                    None => None,
-                };
-                for (i, link) in self.subs.shard_links.iter().enumerate() {
+                for (i, link) in subs.shard_links.iter().enumerate() {
                     if node.is_none_or(|n| n == link.node) {
                         targets.push((LinkRef::Shard(i), named));
                     }
                 }
             }
-            _ if self.subs.main.is_some() => targets.push((LinkRef::Main, named)),
+            _ if subs.main.is_some() => targets.push((LinkRef::Main, named)),
             _ => {}
         }
         if targets.is_empty() {
@@ -210,28 +195,31 @@ impl RespSession {
         for (link, frames) in targets.iter_mut() {
             let node = match link {
                 LinkRef::Main => 0,
-                LinkRef::Shard(i) => self.subs.shard_links.get(*i).map_or(0, |l| l.node),
+                LinkRef::Shard(i) => subs.shard_links.get(*i).map_or(0, |l| l.node),
             };
             if named == 0 {
-                *frames = self.subs.remove_all(kind, node);
+                *frames = subs.remove_all(kind, node);
             }
         }
         for channel in &self.args[1..] {
-            self.subs.remove(kind, channel);
+            subs.remove(kind, channel);
         }
+        let cmd = raw.unwrap_or_else(|| self.encode_args());
         let seq = self.push_waiting(Render::Frames, targets.len());
         for (part, (link, frames)) in targets.into_iter().enumerate() {
             let reply = self.reply_to(seq, part as u32);
-            let conn = match link {
-                LinkRef::Main => self.subs.main.as_ref().map(|l| &l.conn),
-                LinkRef::Shard(i) => self.subs.shard_links.get(i).map(|l| &l.conn),
-            };
+            let conn = self.subs.as_deref().and_then(|s| s.conn(link));
             if let Some(conn) = conn {
                 let cmd = cmd.clone();
                 conn.send(SubscriberCommand { cmd, frames, reply });
             }
         }
-        self.subs.drop_unused(&mut self.pushes);
+        if let Some(subs) = self.subs.as_deref_mut() {
+            subs.drop_unused(&mut self.pushes);
+            if !subs.active() {
+                self.subs = None;
+            }
+        }
     }
 
     /// UNSUBSCRIBE with no subscriber connection: Redis' answer, one
@@ -279,13 +267,13 @@ impl RespSession {
             Err(text) => return self.push_error(text),
         };
         let cmd = raw.unwrap_or_else(|| self.encode_args());
-        if self.subs.conn_to(node).is_some() {
+        if self.subs.as_deref().and_then(|s| s.conn_to(node)).is_some() {
             // On the session's own subscriber connection to that node, as
             // Redis orders it: a message this PUBLISH delivers to the
             // session comes before its reply.
             let seq = self.push_waiting(Render::Frames, 1);
             let reply = self.reply_to(seq, 0);
-            if let Some(conn) = self.subs.conn_to(node) {
+            if let Some(conn) = self.subs.as_deref().and_then(|s| s.conn_to(node)) {
                 conn.send(SubscriberCommand {
                     cmd,
                     frames: 1,
@@ -299,11 +287,4 @@ impl RespSession {
         let routes = self.proxy.router.load();
         routes.redis().send(node, self.lane, cmd, reply);
     }
-}
-
-/// Which of the session's subscriber connections.
-#[derive(Debug, Clone, Copy)]
-enum LinkRef {
-    Main,
-    Shard(usize),
 }
