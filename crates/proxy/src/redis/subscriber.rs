@@ -32,6 +32,9 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 /// PINGs unanswered before the connection counts as dead.
 const MAX_UNANSWERED_PINGS: usize = 3;
 
+/// Why a connection ends when its client's session is gone.
+const CLIENT_GONE: &str = "client gone";
+
 /// Subscriber connections open in this process (`redis.max_subscriber_connections`).
 static OPEN: AtomicUsize = AtomicUsize::new(0);
 
@@ -116,7 +119,9 @@ impl Link {
         let failed = self.serve(rx).await;
         OPEN.fetch_sub(1, Ordering::Relaxed);
         metrics.subscriber_connections(-1.0);
-        let Err(why) = failed else {
+        // The client gone (its session dropped the channel) is no failure.
+        let Err(why) = failed.or_else(|why| if why == CLIENT_GONE { Ok(()) } else { Err(why) })
+        else {
             return;
         };
         metrics.subscriber_lost();
@@ -220,11 +225,7 @@ impl Link {
             };
             // Waits while the client's connection holds `CHANNEL_CAPACITY`
             // pushes: this connection stops reading its shard.
-            return self
-                .pushes
-                .send(push)
-                .await
-                .map_err(|_| "client gone".into());
+            return self.pushes.send(push).await.map_err(|_| CLIENT_GONE.into());
         }
         let Some(waiting) = self.awaiting.front_mut() else {
             return Ok(());
