@@ -32,6 +32,10 @@ pub struct Settings {
     pub resp_password: Option<Arc<str>>,
     /// `server.resp_max_bulk_len`.
     pub resp_max_bulk_len: usize,
+    /// `redis.pubsub_shard`, as an index into the shards (ring mode).
+    pub pubsub_shard: usize,
+    /// `redis.max_subscriber_connections`.
+    pub max_subscriber_connections: usize,
 }
 
 impl Settings {
@@ -51,6 +55,15 @@ impl Settings {
             max_pending_bytes: server.max_pending_bytes,
             resp_password: server.resp_password.as_deref().map(Arc::from),
             resp_max_bulk_len: server.resp_max_bulk_len,
+            pubsub_shard: config.redis.pubsub_shard.as_ref().map_or(0, |name| {
+                let shards = config.redis.shards.iter().enumerate();
+                shards
+                    .filter(|(i, s)| s.is_named(*i, name))
+                    .map(|(i, _)| i)
+                    .next()
+                    .unwrap_or(0)
+            }),
+            max_subscriber_connections: config.redis.max_subscriber_connections,
             near_cache: crate::near_cache::store::Limits {
                 max_bytes: config.near_cache.max_bytes,
                 max_ttl: Duration::from_millis(config.near_cache.max_ttl_ms),

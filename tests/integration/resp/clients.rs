@@ -86,22 +86,32 @@ fn redis_py_workload_matches_plain_redis() {
 /// The redis-py workload through `cluster` and through a plain Redis, in
 /// RESP2 and RESP3: the same output.
 fn redis_py_matches_plain_redis(cluster: &RespCluster) {
+    for out in same_redis_py_output(cluster, WORKLOAD_PY) {
+        assert!(out.lines().count() > 150, "the workload ran: {out}");
+    }
+}
+
+/// `script` (redis-py; args host, port, protocol) through `cluster` and
+/// against a plain Redis, in RESP2 and RESP3: the same output (returned).
+pub(super) fn same_redis_py_output(cluster: &RespCluster, script: &str) -> Vec<String> {
     let python = redis_py_python();
     let tmp = tempfile::tempdir().expect("temp dir");
-    let script = tmp.path().join("workload.py");
-    std::fs::write(&script, WORKLOAD_PY).expect("write workload");
+    let path = tmp.path().join("script.py");
+    std::fs::write(&path, script).expect("write the script");
     let plain = RedisServer::start();
+    let mut outputs = Vec::new();
     for proto in [2, 3] {
-        let want = redis_py(&python, &script, plain.port(), proto);
-        let got = redis_py(&python, &script, cluster.resp_port, proto);
+        let want = redis_py(&python, &path, plain.port(), proto);
+        let got = redis_py(&python, &path, cluster.resp_port, proto);
         assert!(
             want == got,
             "RESP{proto}: memshift differs from plain Redis at {}\nmemshift stderr:\n{}",
             first_difference(&want, &got),
             cluster.memshift.stderr()
         );
-        assert!(want.lines().count() > 150, "the workload ran: {want}");
+        outputs.push(want);
     }
+    outputs
 }
 
 /// The same with the near cache on, every key admitted on its first read

@@ -8,5 +8,7 @@ mod cross_protocol;
 mod hostile;
 mod keyspace;
 mod near_cache;
+mod pubsub;
+mod pubsub_cluster;
 mod refused;
 mod transactions;

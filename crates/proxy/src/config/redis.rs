@@ -46,6 +46,13 @@ pub struct RedisConfig {
     pub sentinels: Vec<String>,
     pub sentinel_username: Option<String>,
     pub sentinel_password: Option<String>,
+    /// RESP pub/sub on the ring: the shard that carries the channel space
+    /// (a shard's name or address, or its index in `shards`; default the
+    /// first). Not used with `mode = "cluster"`.
+    pub pubsub_shard: Option<String>,
+    /// RESP pub/sub: subscriber connections open at once (one per
+    /// subscribed client and node); a SUBSCRIBE beyond is refused.
+    pub max_subscriber_connections: usize,
 }
 
 impl RedisConfig {
@@ -90,6 +97,8 @@ impl Default for RedisConfig {
             sentinels: Vec::new(),
             sentinel_username: None,
             sentinel_password: None,
+            pubsub_shard: None,
+            max_subscriber_connections: 1024,
         }
     }
 }
@@ -126,6 +135,11 @@ impl fmt::Debug for RedisConfig {
             .field(
                 "sentinel_password",
                 &self.sentinel_password.as_ref().map(|_| "***"),
+            )
+            .field("pubsub_shard", &self.pubsub_shard)
+            .field(
+                "max_subscriber_connections",
+                &self.max_subscriber_connections,
             )
             .finish()
     }
@@ -185,6 +199,12 @@ pub struct ShardConfig {
 }
 
 impl ShardConfig {
+    /// Whether `pubsub_shard` names this shard (`index`: its place in
+    /// `shards`).
+    pub fn is_named(&self, index: usize, name: &str) -> bool {
+        name == self.id() || name == self.addr || name.parse() == Ok(index)
+    }
+
     /// Identity on the ring: the Sentinel master name, else the name when
     /// set, else the address. Naming shards lets an address change (a
     /// failover, a move) without moving keys.

@@ -110,6 +110,8 @@ pub(super) fn render(c: &Config) -> String {
             r.sentinel_password.as_ref().map(|_| "***"),
         );
     }
+    o.opt_str("pubsub_shard", r.pubsub_shard.as_deref());
+    o.raw("max_subscriber_connections", r.max_subscriber_connections);
 
     o.section("ring");
     o.raw("vnodes", c.ring.vnodes);

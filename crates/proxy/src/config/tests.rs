@@ -1141,3 +1141,30 @@ fn read_errors_as_misses_parses_and_is_live() {
     let bad = MIN.replace("[redis]", "[redis]\nread_errors_as_misses = \"yes\"");
     assert!(Config::from_toml_str(&bad).is_err());
 }
+
+#[test]
+fn pubsub_shard_names_a_shard_and_max_subscribers_is_at_least_one() {
+    let shards = |pick: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\n[redis]\nshards = [\"127.0.0.1:7000\", {{ addr = \"127.0.0.1:7001\", name = \"b\" }}, \"127.0.0.1:7002\"]\n{pick}"
+        )
+    };
+    let settled = |pick: &str| {
+        let c = Config::from_toml_str(&shards(pick)).unwrap_or_else(|e| panic!("{e}"));
+        crate::proxy::Settings::from_config(&c).pubsub_shard
+    };
+    assert_eq!(settled(""), 0);
+    assert_eq!(settled("pubsub_shard = \"b\"\n"), 1);
+    assert_eq!(settled("pubsub_shard = \"127.0.0.1:7002\"\n"), 2);
+    assert_eq!(settled("pubsub_shard = \"1\"\n"), 1);
+    let e = err_full(&shards("pubsub_shard = \"nope\"\n"));
+    assert_mentions(
+        &e,
+        &["redis.pubsub_shard", "\"nope\"", "none of redis.shards"],
+    );
+    let e = err_full(&format!("{CLUSTER}pubsub_shard = \"0\"\n"));
+    assert_mentions(&e, &["redis.pubsub_shard", "mode = \"cluster\""]);
+    assert_eq!(ok("").redis.max_subscriber_connections, 1024);
+    let e = invalid(|c| c.redis.max_subscriber_connections = 0);
+    assert_mentions(&e, &["redis.max_subscriber_connections"]);
+}

@@ -205,6 +205,9 @@ fn redis_cluster(r: &RedisConfig) -> Check {
     if r.on_shard_down == super::ShardDownPolicy::Eject {
         return Err("redis.on_shard_down: \"eject\" does not apply with mode = \"cluster\" (the cluster fails over to a replica itself); use \"fail\"".into());
     }
+    if r.pubsub_shard.is_some() {
+        return Err("redis.pubsub_shard: not used with mode = \"cluster\" (Redis Cluster propagates PUBLISH to every node); remove it".into());
+    }
     redis_common(r)
 }
 
@@ -270,6 +273,16 @@ fn redis(c: &Config) -> Check {
                 "{key}: duplicate shard name {:?} (also the id of redis.shards[{j}])",
                 s.id()
             ));
+        }
+    }
+    if let Some(name) = &r.pubsub_shard {
+        if !r
+            .shards
+            .iter()
+            .enumerate()
+            .any(|(i, s)| s.is_named(i, name))
+        {
+            return Err(format!("redis.pubsub_shard: {name:?} is none of redis.shards (give a shard's name, address or index)"));
         }
     }
     redis_common(r)
@@ -361,6 +374,11 @@ fn redis_common(r: &RedisConfig) -> Check {
     at_least(
         "redis.max_dedicated_connections",
         r.max_dedicated_connections as u64,
+        1,
+    )?;
+    at_least(
+        "redis.max_subscriber_connections",
+        r.max_subscriber_connections as u64,
         1,
     )?;
     match (&r.username, &r.password) {

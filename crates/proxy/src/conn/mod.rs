@@ -11,10 +11,13 @@
 //! * `pool`: buffers, queue storage and reply channels shared by the
 //!   thread's connections while they are busy.
 //! * `deadline`: the one timer of a busy connection.
+//! * `push`: unsolicited frames (pub/sub messages) and where they go among
+//!   the replies.
 //! * `serve`: the loop itself (idle wait, busy loop, drain).
 
 pub mod deadline;
 pub mod pool;
+pub mod push;
 pub mod queue;
 mod serve;
 
@@ -28,6 +31,7 @@ use crate::metrics::Protocol as Front;
 use crate::proxy::{Proxy, Settings};
 use crate::redis::BackendReply;
 pub use pool::ReplyChannel;
+pub use push::{Push, PushSender, Pushes};
 pub use queue::{Entry, Queue};
 pub use serve::{read_ready, run, FIRST_WRITE};
 
@@ -118,31 +122,49 @@ pub struct Io<'a, E> {
     /// goes quiet, unless a backend still holds a sender.
     pub replies: &'a mut Option<ReplyChannel>,
     pub state: &'a mut State,
+    /// Unsolicited frames, for a protocol that has them (`push`).
+    pub pushes: Option<&'a mut Pushes>,
 }
 
 /// The [`Protocol`] methods every protocol answers from the same fields
 /// (`proxy`, `rbuf`, `wbuf`, `cmd_buf`, `pending`: its queue, `replies`,
 /// `conn`: the engine's state) and the same inherent methods
-/// (`process_input`, `complete`).
+/// (`process_input`, `complete`); `pushes: field` names the protocol's
+/// [`Pushes`], if it has unsolicited frames.
 #[macro_export]
 macro_rules! protocol_basics {
     ($entry:ty) => {
+        $crate::protocol_basics!(@common $entry);
+
+        #[inline]
+        fn io(&mut self) -> $crate::conn::Io<'_, $entry> {
+            $crate::protocol_basics!(@io self, None)
+        }
+    };
+    ($entry:ty, pushes: $field:ident) => {
+        $crate::protocol_basics!(@common $entry);
+
+        #[inline]
+        fn io(&mut self) -> $crate::conn::Io<'_, $entry> {
+            $crate::protocol_basics!(@io self, Some(&mut self.$field))
+        }
+    };
+    (@io $self:ident, $pushes:expr) => {
+        $crate::conn::Io {
+            rbuf: &mut $self.rbuf,
+            wbuf: &mut $self.wbuf,
+            cmd_buf: &mut $self.cmd_buf,
+            queue: &mut $self.pending,
+            replies: &mut $self.replies,
+            state: &mut $self.conn,
+            pushes: $pushes,
+        }
+    };
+    (@common $entry:ty) => {
         type Entry = $entry;
 
         fn proxy(&self) -> &$crate::proxy::Proxy {
             &self.proxy
-        }
-
-        #[inline]
-        fn io(&mut self) -> $crate::conn::Io<'_, $entry> {
-            $crate::conn::Io {
-                rbuf: &mut self.rbuf,
-                wbuf: &mut self.wbuf,
-                cmd_buf: &mut self.cmd_buf,
-                queue: &mut self.pending,
-                replies: &mut self.replies,
-                state: &mut self.conn,
-            }
         }
 
         fn parse_and_dispatch(&mut self) {

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::deadline::Deadline;
 use super::pool::{self, Buffer, ReplyChannel};
+use super::push::{Push, Pushes};
 use super::{End, Entry, Protocol};
 use crate::redis::BackendReply;
 use crate::stats::bump;
@@ -158,9 +159,13 @@ where
         }
         let may_read = p.may_read();
         let mid_request = p.mid_request();
-        let io = p.io();
+        let mut io = p.io();
         let st = &*io.state;
-        let answered = io.queue.is_empty() && io.wbuf.is_empty();
+        let (pushes_held, expecting) = io
+            .pushes
+            .as_deref()
+            .map_or((false, false), |p| (!p.is_empty(), p.expecting));
+        let answered = io.queue.is_empty() && io.wbuf.is_empty() && !pushes_held;
         if st.closing && answered {
             // Every complete request read has been answered (with nothing
             // pending, the protocol left at most an incomplete one in the
@@ -175,8 +180,18 @@ where
                 End::Quit
             });
         }
-        if answered && io.rbuf.is_empty() && !mid_request && !st.closing && !st.draining {
-            return None;
+        let nothing_left = answered && io.rbuf.is_empty() && !mid_request;
+        if nothing_left && !st.closing && !st.draining && !expecting {
+            // Pushes sent before the reply that ended the subscription
+            // (already in the channel) are written first.
+            let more = io.pushes.as_deref_mut().is_some_and(|p| {
+                p.take_sent();
+                !p.is_empty()
+            });
+            if !more {
+                return None;
+            }
+            continue;
         }
         let reading = !st.closing && may_read;
         // Grow only when unparsed input is waiting for room (or there is
@@ -191,7 +206,9 @@ where
             io.rbuf.reserve(grow);
         }
         deadline.arm(io.queue.front_deadline());
-        let idle_at = idle_deadline.filter(|_| io.queue.is_empty() && !st.closing && !st.draining);
+        // A client waiting for pushes (a subscriber) is not idle.
+        let idle_at = idle_deadline
+            .filter(|_| io.queue.is_empty() && !st.closing && !st.draining && !expecting);
         if st.draining && answered && !mid_request && !st.closing {
             // A clock read per quiet spell, only while draining.
             quiet_at.get_or_insert_with(|| Instant::now() + quiet);
@@ -213,6 +230,14 @@ where
                     if !p.io().rbuf.is_empty() {
                         p.parse_and_dispatch();
                     }
+                }
+            }
+            push = recv_push(io.pushes.as_deref_mut()) => {
+                if let Some(pushes) = p.io().pushes {
+                    if let Some(push) = push {
+                        pushes.hold(push);
+                    }
+                    pushes.take_sent();
                 }
             }
             res = wr.write(io.wbuf), if !io.wbuf.is_empty() => match res {
@@ -289,10 +314,13 @@ fn drain_deadline_passed<P: Protocol>(p: &mut P) {
 /// `max_pending_bytes` allow: the client is not reading.
 fn close_slow_consumer<P: Protocol>(p: &mut P) -> Option<End> {
     let io = p.io();
-    if !io
-        .queue
-        .over(io.state.max_pending_replies, io.state.max_pending_bytes)
-    {
+    let push_bytes = io.pushes.as_deref().map_or(0, Pushes::bytes);
+    let max_bytes = io.state.max_pending_bytes;
+    let over = io.queue.over(
+        io.state.max_pending_replies,
+        max_bytes.saturating_sub(push_bytes),
+    );
+    if !over && push_bytes <= max_bytes {
         return None;
     }
     bump(&p.proxy().stats.slow_consumers_closed);
@@ -306,11 +334,25 @@ fn flush_ready<P: Protocol>(p: &mut P) {
         return;
     }
     let mut now = None;
+    if let Some(pushes) = p.io().pushes {
+        // A source sends a push before the reply that follows it (on the
+        // reply channel, taken first): it must be held before that reply
+        // is written.
+        pushes.take_sent();
+    }
     loop {
         let io = p.io();
         if io.wbuf.len() >= MAX_OUTPUT_BYTES {
             return;
         }
+        let answered_below = io.queue.seq_of(0);
+        if let Some(push) = io.pushes.and_then(|p| p.pop_due(answered_below)) {
+            if write_push(p, push) {
+                return;
+            }
+            continue;
+        }
+        let io = p.io();
         let Some(entry) = io.queue.pop_ready() else {
             return;
         };
@@ -327,12 +369,42 @@ fn flush_ready<P: Protocol>(p: &mut P) {
             // Nothing after a close is answered.
             io.queue.clear();
             io.state.closing = true;
+            if let Some(pushes) = io.pushes {
+                pushes.close();
+            }
             return;
         }
         if io.wbuf.capacity() == 0 {
             *io.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
         }
         p.write_reply(entry);
+    }
+}
+
+/// Write an unsolicited frame; a source's last one closes the connection
+/// (true).
+fn write_push<P: Protocol>(p: &mut P, push: Push) -> bool {
+    let io = p.io();
+    if io.wbuf.capacity() == 0 {
+        *io.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
+    }
+    io.wbuf.extend_from_slice(&push.frame);
+    if push.close {
+        // Nothing after it is answered (as after a close reply).
+        io.queue.clear();
+        io.state.closing = true;
+        if let Some(pushes) = io.pushes {
+            pushes.close();
+        }
+    }
+    push.close
+}
+
+/// The next push a source sent; never, without sources.
+async fn recv_push(pushes: Option<&mut Pushes>) -> Option<Push> {
+    match pushes.and_then(Pushes::receiver) {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

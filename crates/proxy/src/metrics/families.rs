@@ -3,7 +3,7 @@
 
 /// Every command the proxy counts, in the order [`command_index`] numbers
 /// them. The strings are the `command` label values.
-pub const COMMANDS: [&str; 35] = [
+pub const COMMANDS: [&str; 36] = [
     "get",
     "gets",
     "gat",
@@ -41,6 +41,7 @@ pub const COMMANDS: [&str; 35] = [
     "server",
     "refused",
     "transactions",
+    "pubsub",
 ];
 
 /// Position of a command in [`COMMANDS`]; resolve once, then pass the index
@@ -86,10 +87,13 @@ pub const ROLLBACKS: &str = "memshift_rollbacks_total";
 pub const TLS_HANDSHAKES: &str = "memshift_tls_handshakes_total";
 pub const CONFIG_RELOADS: &str = "memshift_config_reloads_total";
 pub const BUILD_INFO: &str = "memshift_build_info";
+pub const SUBSCRIBERS: &str = "memshift_resp_subscriber_connections";
+pub const SUBSCRIBERS_REFUSED: &str = "memshift_resp_subscribers_refused_total";
+pub const SUBSCRIBERS_LOST: &str = "memshift_resp_subscriber_connections_lost_total";
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 27] = [
+pub const FAMILIES: [(&str, &str, &str); 30] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -220,5 +224,20 @@ pub const FAMILIES: [(&str, &str, &str); 27] = [
         BUILD_INFO,
         "gauge",
         "Always 1; the version label carries the build.",
+    ),
+    (
+        SUBSCRIBERS,
+        "gauge",
+        "RESP pub/sub: subscriber connections open to the shards (one per subscribed client and node).",
+    ),
+    (
+        SUBSCRIBERS_REFUSED,
+        "counter",
+        "RESP pub/sub: SUBSCRIBE/PSUBSCRIBE/SSUBSCRIBE refused because redis.max_subscriber_connections were open.",
+    ),
+    (
+        SUBSCRIBERS_LOST,
+        "counter",
+        "RESP pub/sub: subscriber connections that failed (shard down, connection lost); each closed its client with an error.",
     ),
 ];

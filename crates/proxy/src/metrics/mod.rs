@@ -77,6 +77,9 @@ pub struct Metrics {
     tls: [Counter; TlsResult::ALL.len()],
     /// `[ok, error]`
     config_reloads: [Counter; 2],
+    subscribers: Gauge,
+    subscribers_refused: Counter,
+    subscribers_lost: Counter,
     pub near_cache: near_cache::NearCacheMetrics,
 }
 
@@ -153,6 +156,9 @@ impl Metrics {
             rollbacks: counter(r, ROLLBACKS, &[]),
             tls: TlsResult::ALL.map(|t| counter(r, TLS_HANDSHAKES, &[("result", t.as_str())])),
             config_reloads: ["ok", "error"].map(|x| counter(r, CONFIG_RELOADS, &[("result", x)])),
+            subscribers: gauge(r, SUBSCRIBERS, &[]),
+            subscribers_refused: counter(r, SUBSCRIBERS_REFUSED, &[]),
+            subscribers_lost: counter(r, SUBSCRIBERS_LOST, &[]),
             near_cache: near_cache::NearCacheMetrics::default(),
             recorder: Arc::new(recorder),
         };
@@ -264,6 +270,19 @@ impl Metrics {
 
     pub fn connection_rejected(&self) {
         self.rejected_connections.increment(1);
+    }
+
+    /// A RESP subscriber connection opened (+1) or closed (-1).
+    pub fn subscriber_connections(&self, delta: f64) {
+        self.subscribers.increment(delta);
+    }
+
+    pub fn subscriber_refused(&self) {
+        self.subscribers_refused.increment(1);
+    }
+
+    pub fn subscriber_lost(&self) {
+        self.subscribers_lost.increment(1);
     }
 
     pub fn slow_consumer_closed(&self) {

@@ -11,6 +11,7 @@ pub mod redirect;
 pub mod scripts;
 pub mod sentinel;
 pub mod shard;
+pub mod subscriber;
 pub mod topology;
 pub mod tracking;
 pub mod translate;

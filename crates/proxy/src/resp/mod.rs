@@ -15,6 +15,7 @@
 
 mod cmd;
 mod pending;
+mod subscriptions;
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use memshift_protocol::resp::request::{RequestLimits, RequestParser, MAX_REQUEST
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use crate::conn::{self, End, Queue, ReplyChannel, State};
+use crate::conn::{self, End, Pushes, Queue, ReplyChannel, State};
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
@@ -65,6 +66,11 @@ pub struct RespSession {
     /// MULTI/WATCH state and the request held on a connection of the
     /// session's own (`cmd::transaction`, `cmd::hold`).
     txn: cmd::TxnState,
+    /// Pub/sub: subscriptions and subscriber connections (boxed, and only
+    /// while subscribed: most sessions never are).
+    subs: Option<Box<subscriptions::Subscriptions>>,
+    /// Messages from the subscriber connections (`conn::push`).
+    pushes: Pushes,
 }
 
 impl RespSession {
@@ -95,6 +101,8 @@ impl RespSession {
             conn,
             cas: CasGenerator::new(seed),
             txn: cmd::TxnState::default(),
+            subs: None,
+            pushes: Pushes::default(),
         }
     }
 
@@ -211,7 +219,7 @@ impl RespSession {
 }
 
 impl conn::Protocol for RespSession {
-    crate::protocol_basics!(Pending);
+    crate::protocol_basics!(Pending, pushes: pushes);
 
     fn write_reply(&mut self, mut p: Pending) {
         if !matches!(p.near, NearAfter::Nothing) {

@@ -60,6 +60,10 @@ pub(super) enum Render {
     AllOk,
     /// SCRIPT LOAD on every shard: the first SHA, or the first error.
     First,
+    /// Pub/sub (UN)SUBSCRIBE: each part is the frames one subscriber
+    /// connection answered (`Frame::Array`, written one after another),
+    /// or its error.
+    Frames,
     /// COMMAND / COMMAND INFO from a shard, narrowed to what memshift
     /// serves (entries of other commands are dropped or nil).
     CommandTable { info: bool },
@@ -338,6 +342,18 @@ impl Pending {
                         Some(f) => out::frame(buf, f, v, Shape::Plain),
                         None => out::simple(buf, b"OK"),
                     },
+                }
+            }
+            (Render::Frames, _) => {
+                for f in frames() {
+                    match f {
+                        Frame::Array(items) => {
+                            for item in items {
+                                out::frame(buf, item, v, Shape::Plain);
+                            }
+                        }
+                        other => return out::frame(buf, other, v, Shape::Plain),
+                    }
                 }
             }
             (Render::CommandTable { info }, Some(Frame::Array(entries))) => {

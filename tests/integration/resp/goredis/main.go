@@ -97,5 +97,6 @@ func main() {
 		show(fmt.Sprintf("pipeline %d", i), c)
 	}
 	show("dbsize", r.DBSize(ctx))
+	pubsubWorkload(ctx, r)
 	fmt.Println("GO WORKLOAD DONE")
 }

@@ -10,6 +10,8 @@
 //! * `relay`: single-key commands sent to the key's shard as they came.
 //! * `multi`: multi-key commands split by shard and merged in the client's order.
 //! * `near`: GET/MGET through the near cache, and what writes do to it.
+//! * `pubsub`: SUBSCRIBE and friends on the client's subscriber
+//!   connections, PUBLISH and PUBSUB.
 //! * `refused`: what memshift cannot serve over a ring of shards, and why.
 //! * `transaction`: MULTI/EXEC/DISCARD/WATCH/UNWATCH on one shard.
 //! * `blocking`: BLPOP & co. on a connection held for the call.
@@ -23,6 +25,7 @@ mod info;
 mod keyspace;
 mod multi;
 mod near;
+mod pubsub;
 mod refused;
 mod relay;
 mod server;
@@ -96,6 +99,18 @@ impl RespSession {
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }
+        if self.subs.as_ref().is_some_and(|s| s.active())
+            && self.version == memshift_protocol::resp::reply::RespVersion::Resp2
+        {
+            match upper {
+                b"PING" => return self.subscribed_ping(),
+                u if !pubsub::allowed_subscribed(u) => return self.refuse_subscribed(),
+                _ => {}
+            }
+        }
+        if upper == b"RESET" {
+            self.reset_subscriptions();
+        }
         match found.0 {
             Family::Connection => self.connection(upper),
             Family::Server => self.server(upper),
@@ -106,6 +121,7 @@ impl RespSession {
             Family::Transaction => self.transaction(upper),
             Family::Blocking => self.blocking(upper, raw),
             Family::Keyspace => self.keyspace(upper, raw),
+            Family::PubSub => self.pubsub(upper, raw),
             Family::Refused(why) => self.refuse(why),
         }
     }

@@ -6,8 +6,6 @@ const CROSS_SHARD: &str =
     "its keys may live on different shards (memshift spreads keys over several Redis servers) and it would have to read or write them together";
 const BLOCKING: &str =
     "a blocking command would hold a backend connection that other clients' requests share";
-const PUBSUB: &str =
-    "pub/sub needs a connection of its own to one Redis server, which memshift does not proxy (connect to a Redis server directly)";
 const ADMIN: &str =
     "it administers one Redis server and memshift fronts several (run it on each Redis server directly)";
 const ONE_DB: &str =
@@ -22,8 +20,6 @@ const TRACKING: &str = "client-side caching would need invalidations from every 
 pub(super) fn reason(upper: &[u8]) -> Option<&'static str> {
     Some(match upper {
         b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
-        b"SUBSCRIBE" | b"UNSUBSCRIBE" | b"PSUBSCRIBE" | b"PUNSUBSCRIBE" | b"SSUBSCRIBE"
-        | b"SUNSUBSCRIBE" | b"PUBLISH" | b"SPUBLISH" | b"PUBSUB" => PUBSUB,
         b"MOVE" | b"SWAPDB" => ONE_DB,
         b"READONLY" | b"READWRITE" | b"ASKING" => CLUSTER_CONN,
         b"RENAME" | b"RENAMENX" | b"COPY" | b"SMOVE" | b"SINTER" | b"SINTERSTORE"

@@ -24,6 +24,8 @@ pub(super) enum Family {
     Transaction,
     /// BLPOP & co. (`blocking`).
     Blocking,
+    /// SUBSCRIBE & co., PUBLISH, PUBSUB (`pubsub`).
+    PubSub,
     /// SCAN, KEYS, RANDOMKEY over every shard; OBJECT on its key's.
     Keyspace,
     Refused(&'static str),
@@ -192,6 +194,15 @@ pub(super) static COMMANDS: &[Command] = &[
     row("bzpopmin", Blocking, "zsets", WRITE),
     row("bzpopmax", Blocking, "zsets", WRITE),
     row("bzmpop", Blocking, "zsets", WRITE),
+    row("subscribe", PubSub, "pubsub", READ),
+    row("psubscribe", PubSub, "pubsub", READ),
+    row("ssubscribe", PubSub, "pubsub", READ),
+    row("unsubscribe", PubSub, "pubsub", READ),
+    row("punsubscribe", PubSub, "pubsub", READ),
+    row("sunsubscribe", PubSub, "pubsub", READ),
+    row("publish", PubSub, "pubsub", READ),
+    row("spublish", PubSub, "pubsub", READ),
+    row("pubsub", PubSub, "pubsub", READ),
 ];
 
 /// The served command named `upper` (upper case).
