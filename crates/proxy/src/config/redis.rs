@@ -43,6 +43,8 @@ pub struct RedisConfig {
     pub sentinels: Vec<String>,
     pub sentinel_username: Option<String>,
     pub sentinel_password: Option<String>,
+    /// Where reads that may be stale go (Sentinel shards only).
+    pub read_from: ReadFrom,
 }
 
 impl RedisConfig {
@@ -86,6 +88,7 @@ impl Default for RedisConfig {
             sentinels: Vec::new(),
             sentinel_username: None,
             sentinel_password: None,
+            read_from: ReadFrom::Primary,
         }
     }
 }
@@ -122,6 +125,7 @@ impl fmt::Debug for RedisConfig {
                 "sentinel_password",
                 &self.sentinel_password.as_ref().map(|_| "***"),
             )
+            .field("read_from", &self.read_from)
             .finish()
     }
 }
@@ -163,6 +167,28 @@ impl ShardDownPolicy {
         match self {
             ShardDownPolicy::Fail => "fail",
             ShardDownPolicy::Eject => "eject",
+        }
+    }
+}
+
+/// Where plain reads go (`redis.read_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadFrom {
+    /// Every request reads the shard's primary.
+    #[default]
+    Primary,
+    /// Reads that no later request can depend on (plain get, RESP read
+    /// commands) go to a healthy replica of a Sentinel shard, falling back
+    /// to the primary.
+    ReplicaPreferred,
+}
+
+impl ReadFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadFrom::Primary => "primary",
+            ReadFrom::ReplicaPreferred => "replica_preferred",
         }
     }
 }

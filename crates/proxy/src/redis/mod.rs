@@ -7,6 +7,7 @@ pub mod diverted;
 pub mod encoding;
 pub mod primary;
 pub mod redirect;
+pub mod replica;
 pub mod scripts;
 pub mod sentinel;
 pub mod shard;
@@ -26,4 +27,7 @@ pub struct Routed {
     /// the same lane of its new node, so one client's requests stay in
     /// order there (as on the node they were first sent to).
     pub lane: usize,
+    /// A read sent to a replica: where it goes once more if the replica
+    /// fails it (`replica`).
+    pub retry: Option<Box<replica::Retry>>,
 }

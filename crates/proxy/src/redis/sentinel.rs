@@ -158,7 +158,7 @@ fn master_addr(frame: &Frame) -> Result<String, String> {
     }
 }
 
-fn join_addr(ip: &[u8], port: &[u8]) -> Result<String, String> {
+pub(super) fn join_addr(ip: &[u8], port: &[u8]) -> Result<String, String> {
     let (Ok(ip), Ok(port)) = (std::str::from_utf8(ip), std::str::from_utf8(port)) else {
         return Err("address not UTF-8".into());
     };
@@ -292,6 +292,32 @@ impl Watch {
                     }
                 }
             }
+            if which.is_none() {
+                self.ask_replicas(conn, &f.shard, sentinel).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `redis.read_from = "replica_preferred"`: which replica of `shard`
+    /// its reads go to (`SENTINEL REPLICAS`, with the periodic re-ask).
+    async fn ask_replicas(
+        &self,
+        conn: &mut SentinelConn,
+        shard: &Shard,
+        sentinel: &str,
+    ) -> Result<(), String> {
+        let (Some(replica), Some(primary)) = (&shard.replica, shard.primary()) else {
+            return Ok(());
+        };
+        conn.send(&[b"SENTINEL", b"REPLICAS", primary.master().as_bytes()])
+            .await?;
+        let frame = conn.next().await?;
+        if let Frame::Error(_) = frame {
+            return Ok(());
+        }
+        if let Some(old) = replica.follow(&super::replica::healthy_replicas(&frame)) {
+            tracing::info!(shard = %shard.id, from = %old, to = %replica.current(), sentinel = %sentinel, "replica reads: replica chosen");
         }
         Ok(())
     }

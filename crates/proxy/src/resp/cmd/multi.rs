@@ -70,9 +70,7 @@ impl RespSession {
         }
         if groups.len() == 1 && !with_values {
             if let Some(raw) = raw {
-                routes
-                    .redis()
-                    .send(groups[0].shard, self.lane, raw, self.reply_to(seq, 0));
+                self.send_keyed(&routes, groups[0].shard, raw, seq, 0);
                 return;
             }
         }
@@ -91,9 +89,7 @@ impl RespSession {
             }
             drop(w);
             let cmd = self.cmd_buf.split().freeze();
-            routes
-                .redis()
-                .send(g.shard, self.lane, cmd, self.reply_to(seq, part as u32));
+            self.send_keyed(&routes, g.shard, cmd, seq, part as u32);
         }
     }
 
