@@ -203,7 +203,14 @@ impl Routes {
     /// shard (`redis.read_from`): nothing that returns a CAS, changes the
     /// item, or fills the near cache.
     #[inline]
-    pub fn send_read(&self, target: Target, lane: usize, cmd: Bytes, shape: ReplyShape, reply: ReplyTo) {
+    pub fn send_read(
+        &self,
+        target: Target,
+        lane: usize,
+        cmd: Bytes,
+        shape: ReplyShape,
+        reply: ReplyTo,
+    ) {
         match target {
             Target::Redis { shard } => self.redis.send_read(shard, lane, cmd, reply),
             Target::Memcached { .. } => self.send(target, lane, cmd, shape, reply),

@@ -212,8 +212,8 @@ impl RedisBackends {
                     // the shard is kept, with its own).
                     primary: s.master.as_deref().map(|m| Arc::new(Primary::new(m, ""))),
                 };
-                let replica_reads = redis.read_from == ReadFrom::ReplicaPreferred
-                    && settings.primary.is_some();
+                let replica_reads =
+                    redis.read_from == ReadFrom::ReplicaPreferred && settings.primary.is_some();
                 let reusable = previous.and_then(|p| {
                     p.shards.iter().find(|old| {
                         old.id == s.id()
