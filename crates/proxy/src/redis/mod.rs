@@ -29,5 +29,26 @@ pub struct Routed {
     pub lane: usize,
     /// A read sent to a replica: where it goes once more if the replica
     /// fails it (`replica`).
-    pub retry: Option<Box<replica::Retry>>,
+    pub retry: Option<Retry>,
+}
+
+/// Sends a read the replica failed once more, to the shard's primary
+/// (`shard::Shard::send_read` makes it; `connection`'s codec calls it).
+pub struct Retry(Box<dyn FnOnce(Routed) + Send>);
+
+impl Retry {
+    pub fn new(resend: impl FnOnce(Routed) + Send + 'static) -> Retry {
+        Retry(Box::new(resend))
+    }
+
+    /// Send `caller`'s read again (its own `retry` taken: once only).
+    pub fn send(self, caller: Routed) {
+        (self.0)(caller)
+    }
+}
+
+impl std::fmt::Debug for Retry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Retry")
+    }
 }

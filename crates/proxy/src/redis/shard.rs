@@ -117,14 +117,19 @@ impl Shard {
     /// Queue a read that may see a replica's (older) value: on the
     /// replica connection while it is up, else as [`Shard::send`].
     pub fn send_read(self: &std::sync::Arc<Self>, lane: usize, req: BackendRequest) {
-        let req = match &self.replica {
-            Some(replica) => match replica.send(std::sync::Arc::downgrade(self), lane, req) {
-                Ok(()) => return,
-                Err(req) => req,
-            },
-            None => req,
-        };
-        self.send(lane, req);
+        match &self.replica {
+            Some(replica) if replica.is_up() => {
+                // Once more on the primary, if the shard is still there.
+                let shard = std::sync::Arc::downgrade(self);
+                let cmd = req.cmd.clone();
+                let retry = super::Retry::new(move |caller: Routed| match shard.upgrade() {
+                    Some(shard) => shard.send_routed(caller.lane, cmd, false, caller),
+                    None => caller.reply.send(Err(BackendError::Unavailable)),
+                });
+                replica.send(lane, req, retry);
+            }
+            _ => self.send(lane, req),
+        }
     }
 
     /// Queue `bytes` (after `ASKING` when `asking`: the bytes hold both).
