@@ -7,6 +7,8 @@
 //!   `keyspace_hits` grow, the primary's do not), `gets` by the primary;
 //! - the primary paused: plain gets keep answering from the replica, while
 //!   sets and gets fail within the timeout;
+//! - the replica paused, then killed: reads fall back to the primary (a
+//!   read the replica fails is sent once more there);
 //! - near cache on: a read served by the replica never fills it (fills
 //!   read the primary).
 
@@ -167,6 +169,40 @@ fn with_the_primary_paused_plain_gets_answer_from_the_replica() {
         c.set("k", b"after").ok()
     });
     assert!(back.is_some(), "sets did not recover after SIGCONT");
+}
+
+#[test]
+fn a_failed_replica_sends_reads_to_the_primary() {
+    let Some(mut s) = setup("") else { return };
+    let mut c = s.memshift.client();
+    c.set("k", b"v").unwrap();
+    replicated(&s, "k");
+    let bound = Duration::from_millis(TIMEOUT_MS * 3);
+    let check = |c: &mut memshift_tests::McClient, what: &str| {
+        for i in 0..10 {
+            let start = Instant::now();
+            assert_eq!(
+                c.get("k").unwrap().as_deref(),
+                Some(&b"v"[..]),
+                "read {i}, replica {what}"
+            );
+            assert!(
+                start.elapsed() < bound,
+                "read {i}, replica {what}: {:?}",
+                start.elapsed()
+            );
+        }
+    };
+    // Paused: the read in flight times out there and is answered by the
+    // primary; the next ones find the replica connection down.
+    let p0 = hits(s.primary());
+    s.replica().signal(libc::SIGSTOP);
+    check(&mut c, "paused");
+    s.replica().signal(libc::SIGCONT);
+    assert!(hits(s.primary()) >= p0 + 1, "the primary answered none");
+    // Killed: its connection is lost at once.
+    s.topo.shards[0].nodes[1].stop();
+    check(&mut c, "killed");
 }
 
 #[test]
