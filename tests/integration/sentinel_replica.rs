@@ -199,7 +199,7 @@ fn a_failed_replica_sends_reads_to_the_primary() {
     s.replica().signal(libc::SIGSTOP);
     check(&mut c, "paused");
     s.replica().signal(libc::SIGCONT);
-    assert!(hits(s.primary()) >= p0 + 1, "the primary answered none");
+    assert!(hits(s.primary()) > p0, "the primary answered none");
     // Killed: its connection is lost at once.
     s.topo.shards[0].nodes[1].stop();
     check(&mut c, "killed");
