@@ -9,6 +9,7 @@
 //!   sets and gets fail within the timeout;
 //! - the replica paused, then killed: reads fall back to the primary (a
 //!   read the replica fails is sent once more there);
+//! - a reload to `read_from = "primary"` sends plain reads to the primary;
 //! - near cache on: a read served by the replica never fills it (fills
 //!   read the primary).
 
@@ -29,6 +30,7 @@ struct Setup {
     memshift: Memshift,
     admin: u16,
     resp: String,
+    config: String,
 }
 
 fn setup(near: &str) -> Option<Setup> {
@@ -37,7 +39,7 @@ fn setup(near: &str) -> Option<Setup> {
     }
     let topo = SentinelTopology::start_with(1, DOWN_AFTER_MS);
     let mut resp = String::new();
-    let (memshift, admin, _config) = start_memshift_on_free_ports(|port, admin| {
+    let (memshift, admin, config) = start_memshift_on_free_ports(|port, admin| {
         resp = format!("127.0.0.1:{}", memshift_tests::free_port());
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nresp_listen = \"{resp}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
@@ -52,6 +54,7 @@ fn setup(near: &str) -> Option<Setup> {
         memshift,
         admin,
         resp,
+        config,
     };
     // The replica is chosen with Sentinel's periodic re-ask (every second).
     let mut c = s.memshift.client();
@@ -203,6 +206,29 @@ fn a_failed_replica_sends_reads_to_the_primary() {
     // Killed: its connection is lost at once.
     s.topo.shards[0].nodes[1].stop();
     check(&mut c, "killed");
+}
+
+#[test]
+fn a_reload_to_primary_reads_stops_replica_reads() {
+    let Some(s) = setup("") else { return };
+    let mut c = s.memshift.client();
+    c.set("k", b"v").unwrap();
+    replicated(&s, "k");
+    s.memshift.rewrite_config(&s.config.replace(
+        "read_from = \"replica_preferred\"",
+        "read_from = \"primary\"",
+    ));
+    s.memshift.sighup();
+    poll_until(Duration::from_secs(20), Duration::from_millis(20), || {
+        (metric(s.admin, "memshift_config_reloads_total{result=\"ok\"}") >= 1.0).then_some(())
+    })
+    .expect("the reload is applied");
+    let (p0, r0) = (hits(s.primary()), hits(s.replica()));
+    for _ in 0..10 {
+        assert_eq!(c.get("k").unwrap().as_deref(), Some(&b"v"[..]));
+    }
+    assert_eq!(hits(s.replica()), r0, "a plain get read the replica");
+    assert!(hits(s.primary()) >= p0 + 10);
 }
 
 #[test]
