@@ -33,6 +33,7 @@ mod plan;
 mod pymemcache;
 mod resp;
 mod sentinel;
+mod sentinel_replica;
 mod shard_down;
 mod shard_down_misses;
 mod tls;

@@ -35,7 +35,7 @@ pub struct Sentinel {
 }
 
 impl Sentinel {
-    fn start(masters: &[(String, String)]) -> Result<Sentinel, String> {
+    fn start(masters: &[(String, String)], down_after_ms: u64) -> Result<Sentinel, String> {
         let port = free_port();
         let dir = temp_dir("memshift-sentinel-");
         let mut conf = format!(
@@ -46,7 +46,7 @@ impl Sentinel {
             let (host, p) = addr.rsplit_once(':').ok_or("bad address")?;
             conf.push_str(&format!(
                 "sentinel monitor {name} {host} {p} {QUORUM}\n\
-                 sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}\n\
+                 sentinel down-after-milliseconds {name} {down_after_ms}\n\
                  sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}\n\
                  sentinel parallel-syncs {name} 1\n"
             ));
@@ -155,6 +155,12 @@ pub struct SentinelTopology {
 
 impl SentinelTopology {
     pub fn start(shards: usize) -> SentinelTopology {
+        SentinelTopology::start_with(shards, DOWN_AFTER_MS)
+    }
+
+    /// `start` with another `down-after-milliseconds` (a long one: a
+    /// paused primary stays the primary, no failover).
+    pub fn start_with(shards: usize, down_after_ms: u64) -> SentinelTopology {
         let shards: Vec<SentinelShard> = (1..=shards)
             .map(|i| {
                 let primary = RedisServer::start();
@@ -175,7 +181,7 @@ impl SentinelTopology {
             .map(|s| (s.name.clone(), s.nodes[0].addr()))
             .collect();
         let sentinels: Vec<Sentinel> = (0..SENTINELS)
-            .map(|_| Sentinel::start(&masters).unwrap_or_else(|e| panic!("{e}")))
+            .map(|_| Sentinel::start(&masters, down_after_ms).unwrap_or_else(|e| panic!("{e}")))
             .collect();
         let topo = SentinelTopology { shards, sentinels };
         topo.wait_settled();

@@ -128,6 +128,7 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
     m.shard(Backend::Memcached, "127.0.0.1:21211");
     m.read_errors_as_misses("r1").increment(2);
     m.primary("s1").primary_is("127.0.0.1:6379", None);
+    m.replica_reads("s1").increment(3);
     m.client_connected(crate::metrics::Transport::Tcp);
     m.client_connected(crate::metrics::Transport::Tcp);
     m.client_disconnected(crate::metrics::Transport::Tcp);
@@ -192,6 +193,10 @@ async fn metrics_endpoint_serves_every_family_with_exact_values() {
             &[("protocol", "text"), ("command", "gets")]
         ),
         0.0
+    );
+    assert_eq!(
+        sample(&s, "memshift_replica_reads_total", &[("shard", "s1")]),
+        3.0
     );
 
     // The duration is a real histogram: buckets, sum and count.

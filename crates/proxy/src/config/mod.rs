@@ -22,7 +22,7 @@ mod validate;
 pub use listen::ListenAddr;
 pub use migration::{Distribution, LegacyServerConfig, MemcachedConfig, MigrationConfig, Phase};
 pub use near_cache::NearCacheConfig;
-pub use redis::{RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolicy};
+pub use redis::{ReadFrom, RedisConfig, RedisMode, RingSection, ShardConfig, ShardDownPolicy};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig, TlsConfig};
 
 #[cfg(test)]

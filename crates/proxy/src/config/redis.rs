@@ -53,6 +53,8 @@ pub struct RedisConfig {
     /// RESP pub/sub: subscriber connections open at once (one per
     /// subscribed client and node); a SUBSCRIBE beyond is refused.
     pub max_subscriber_connections: usize,
+    /// Where reads that may be stale go (Sentinel shards only).
+    pub read_from: ReadFrom,
 }
 
 impl RedisConfig {
@@ -99,6 +101,7 @@ impl Default for RedisConfig {
             sentinel_password: None,
             pubsub_shard: None,
             max_subscriber_connections: 1024,
+            read_from: ReadFrom::Primary,
         }
     }
 }
@@ -141,6 +144,7 @@ impl fmt::Debug for RedisConfig {
                 "max_subscriber_connections",
                 &self.max_subscriber_connections,
             )
+            .field("read_from", &self.read_from)
             .finish()
     }
 }
@@ -182,6 +186,28 @@ impl ShardDownPolicy {
         match self {
             ShardDownPolicy::Fail => "fail",
             ShardDownPolicy::Eject => "eject",
+        }
+    }
+}
+
+/// Where plain reads go (`redis.read_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadFrom {
+    /// Every request reads the shard's primary.
+    #[default]
+    Primary,
+    /// Reads that no later request can depend on (plain get, RESP read
+    /// commands) go to a healthy replica of a Sentinel shard, falling back
+    /// to the primary.
+    ReplicaPreferred,
+}
+
+impl ReadFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadFrom::Primary => "primary",
+            ReadFrom::ReplicaPreferred => "replica_preferred",
         }
     }
 }

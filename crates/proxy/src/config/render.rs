@@ -86,6 +86,7 @@ pub(super) fn render(c: &Config) -> String {
     o.raw("timeout_ms", r.timeout_ms);
     o.raw("connect_timeout_ms", r.connect_timeout_ms);
     o.str("on_shard_down", r.on_shard_down.as_str());
+    o.str("read_from", r.read_from.as_str());
     o.raw("eject_after_failures", r.eject_after_failures);
     o.raw("health_check_interval_ms", r.health_check_interval_ms);
     o.raw("max_inflight_per_connection", r.max_inflight_per_connection);

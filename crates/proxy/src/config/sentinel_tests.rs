@@ -127,3 +127,46 @@ fn sentinel_settings_are_checked() {
     );
     assert!(e.contains("redis.sentinels: not used"), "{e}");
 }
+
+#[test]
+fn read_from_is_parsed_live_and_needs_sentinel_shards() {
+    let c = load(
+        r#"sentinels = ["10.0.0.9:26379"]
+           shards = [{ master = "s1" }]
+           read_from = "replica_preferred""#,
+    )
+    .unwrap();
+    assert_eq!(c.redis.read_from, ReadFrom::ReplicaPreferred);
+    assert!(c
+        .render_resolved()
+        .contains("read_from = \"replica_preferred\""));
+    let primary = load(
+        r#"sentinels = ["10.0.0.9:26379"]
+           shards = [{ master = "s1" }]"#,
+    )
+    .unwrap();
+    assert_eq!(primary.redis.read_from, ReadFrom::Primary);
+    assert!(primary.restart_required_changes(&c).is_empty());
+    let e = error(
+        r#"shards = ["127.0.0.1:6379"]
+           read_from = "replica_preferred""#,
+    );
+    assert!(
+        e.contains("redis.read_from") && e.contains("Sentinel"),
+        "{e}"
+    );
+    let e = error(
+        r#"mode = "cluster"
+           cluster_nodes = ["127.0.0.1:7000"]
+           read_from = "replica_preferred""#,
+    );
+    assert!(
+        e.contains("redis.read_from") && e.contains("cluster"),
+        "{e}"
+    );
+    assert!(load(
+        r#"shards = ["127.0.0.1:6379"]
+           read_from = "replicas""#
+    )
+    .is_err());
+}

@@ -185,6 +185,9 @@ fn redis_cluster(r: &RedisConfig) -> Check {
     if !r.sentinels.is_empty() {
         return Err("redis.sentinels: not used with mode = \"cluster\" (a Redis Cluster fails over itself); remove it".into());
     }
+    if r.read_from != super::ReadFrom::Primary {
+        return Err("redis.read_from: \"replica_preferred\" is not supported with mode = \"cluster\" yet (replica reads need Sentinel shards); use \"primary\"".into());
+    }
     if !r.shards.is_empty() {
         return Err("redis.shards: not used with mode = \"cluster\" (the cluster's nodes are discovered from redis.cluster_nodes); remove one of the two".into());
     }
@@ -301,6 +304,9 @@ fn sentinel_shards(r: &RedisConfig) -> Check {
     if masters == 0 {
         if !r.sentinels.is_empty() {
             return Err("redis.sentinels: set, but no shard names a Sentinel master; write shards as { master = \"name\" } or remove redis.sentinels".into());
+        }
+        if r.read_from != super::ReadFrom::Primary {
+            return Err("redis.read_from: \"replica_preferred\" needs Sentinel shards ({ master = \"…\" }): the replicas are the ones Sentinel lists; use \"primary\"".into());
         }
         if r.sentinel_username.is_some() || r.sentinel_password.is_some() {
             return Err(

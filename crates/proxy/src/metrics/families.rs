@@ -69,6 +69,7 @@ pub const BACKEND_UP: &str = "memshift_backend_up";
 pub const READ_ERRORS_AS_MISSES: &str = "memshift_read_errors_as_misses_total";
 pub const BACKEND_PRIMARY_CHANGES: &str = "memshift_backend_primary_changes_total";
 pub const BACKEND_PRIMARY: &str = "memshift_backend_primary";
+pub const REPLICA_READS: &str = "memshift_replica_reads_total";
 pub const CLIENT_CONNECTIONS: &str = "memshift_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "memshift_client_connections_total";
 pub const TRANSPORT_CONNECTIONS: &str = "memshift_transport_connections";
@@ -93,7 +94,7 @@ pub const SUBSCRIBERS_LOST: &str = "memshift_resp_subscriber_connections_lost_to
 
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
-pub const FAMILIES: [(&str, &str, &str); 30] = [
+pub const FAMILIES: [(&str, &str, &str); 31] = [
     (
         REQUESTS_TOTAL,
         "counter",
@@ -128,6 +129,11 @@ pub const FAMILIES: [(&str, &str, &str); 30] = [
         READ_ERRORS_AS_MISSES,
         "counter",
         "Keys of memcached reads answered as misses because their Redis shard failed (redis.read_errors_as_misses), by shard.",
+    ),
+    (
+        REPLICA_READS,
+        "counter",
+        "Reads sent to a replica of a Sentinel shard (redis.read_from = replica_preferred), by shard.",
     ),
     (
         BACKEND_PRIMARY_CHANGES,

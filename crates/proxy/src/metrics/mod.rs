@@ -251,6 +251,12 @@ impl Metrics {
         PrimaryMetrics::register(self.recorder.clone(), shard)
     }
 
+    /// `memshift_replica_reads_total{shard}` (registered, or on reload
+    /// looked up again).
+    pub fn replica_reads(&self, shard: &str) -> Counter {
+        registry::counter(&self.recorder, families::REPLICA_READS, &[("shard", shard)])
+    }
+
     /// Registers shard series later: Redis Cluster nodes found after start.
     pub fn shard_registry(&self) -> ShardRegistry {
         ShardRegistry(self.recorder.clone())

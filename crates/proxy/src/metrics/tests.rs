@@ -51,7 +51,10 @@ fn fresh_registry_has_every_fixed_series_at_zero() {
     let text = Metrics::new().render();
     let t = types(&text);
     for (family, kind, _) in FAMILIES {
-        if family.starts_with("memshift_backend_") || family == READ_ERRORS_AS_MISSES {
+        if family.starts_with("memshift_backend_")
+            || family == READ_ERRORS_AS_MISSES
+            || family == REPLICA_READS
+        {
             assert!(!t.contains_key(family), "{family} has no shard yet");
             continue;
         }
@@ -419,7 +422,10 @@ fn registries_are_isolated() {
 fn every_family_has_help() {
     let text = Metrics::new().render();
     for (family, _, _) in FAMILIES {
-        if family.starts_with("memshift_backend_") || family == READ_ERRORS_AS_MISSES {
+        if family.starts_with("memshift_backend_")
+            || family == READ_ERRORS_AS_MISSES
+            || family == REPLICA_READS
+        {
             continue;
         }
         assert!(

@@ -326,6 +326,7 @@ impl Cluster {
                 },
                 hops: caller.hops,
                 lane,
+                retry: None,
             };
             match self.node_for(key) {
                 Some(node) => node.send_routed(lane, cmd.freeze(), false, one),

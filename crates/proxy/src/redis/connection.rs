@@ -86,6 +86,8 @@ pub(super) struct RedisConnector {
     pub cluster: Hook,
     /// Where the last connect attempt went (a Sentinel primary may move).
     pub last_target: Mutex<Arc<str>>,
+    /// A replica connection (`super::replica`): reads only, no `ROLE` check.
+    pub replica: bool,
 }
 
 impl Connector for RedisConnector {
@@ -187,7 +189,8 @@ impl RedisConnector {
         }
         expected += load_scripts(&mut out);
         // Last, so its reply is the last one read: never serve a replica.
-        if settings.primary.is_some() {
+        let check_role = settings.primary.is_some() && !self.replica;
+        if check_role {
             encode_command(&mut out, &[b"ROLE"]);
             expected += 1;
         }
@@ -222,7 +225,7 @@ impl RedisConnector {
         if let Some(e) = refused {
             return Err(ConnectError::Handshake(e));
         }
-        if settings.primary.is_some() && !last.as_ref().is_some_and(is_master_role) {
+        if check_role && !last.as_ref().is_some_and(is_master_role) {
             // Sentinel has not switched yet (or we asked too early): the
             // address is re-read from the sentinels within a second.
             return Err(ConnectError::Handshake(format!(
@@ -311,11 +314,16 @@ impl Codec for RedisCodec {
         }
     }
 
-    fn deliver(&mut self, caller: Routed, frame: Frame) -> Delivery<Routed> {
+    fn deliver(&mut self, mut caller: Routed, frame: Frame) -> Delivery<Routed> {
         // The shard lost its scripts (restart, SCRIPT FLUSH): load them and
         // send the command again.
         if matches!(&frame, Frame::Error(e) if e.starts_with(b"NOSCRIPT")) {
             return Delivery::Resend(caller);
+        }
+        // A replica refused a read (`-LOADING`, `-MASTERDOWN`…): the primary.
+        if let (Frame::Error(_), Some(retry)) = (&frame, caller.retry.take()) {
+            retry.send(caller);
+            return Delivery::Done;
         }
         if matches!(frame, Frame::Error(_)) {
             self.metrics.error(ErrorKind::Server);
@@ -337,8 +345,11 @@ impl Codec for RedisCodec {
         self.deliver(caller, frame)
     }
 
-    fn fail(caller: Routed, err: BackendError) {
-        caller.reply.send(Err(err));
+    fn fail(mut caller: Routed, err: BackendError) {
+        match caller.retry.take() {
+            Some(retry) => retry.send(caller),
+            None => caller.reply.send(Err(err)),
+        }
     }
 
     fn resend_preamble(&mut self, out: &mut BytesMut) -> (usize, bool) {

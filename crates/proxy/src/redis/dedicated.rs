@@ -88,6 +88,8 @@ impl DedicatedLimit {
             metrics: shard.metrics().clone(),
             cluster: None,
             last_target: Default::default(),
+            // Writes (EXEC) and blocking pops: the primary, ROLE-checked.
+            replica: false,
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let clean = Arc::new(AtomicBool::new(false));

@@ -8,6 +8,7 @@ pub mod diverted;
 pub mod encoding;
 pub mod primary;
 pub mod redirect;
+pub mod replica;
 pub mod scripts;
 pub mod sentinel;
 pub mod shard;
@@ -28,4 +29,28 @@ pub struct Routed {
     /// the same lane of its new node, so one client's requests stay in
     /// order there (as on the node they were first sent to).
     pub lane: usize,
+    /// A read sent to a replica: where it goes once more if the replica
+    /// fails it (`replica`).
+    pub retry: Option<Retry>,
+}
+
+/// Sends a read the replica failed once more, to the shard's primary
+/// (`shard::Shard::send_read` makes it; `connection`'s codec calls it).
+pub struct Retry(Box<dyn FnOnce(Routed) + Send>);
+
+impl Retry {
+    pub fn new(resend: impl FnOnce(Routed) + Send + 'static) -> Retry {
+        Retry(Box::new(resend))
+    }
+
+    /// Send `caller`'s read again (its own `retry` taken: once only).
+    pub fn send(self, caller: Routed) {
+        (self.0)(caller)
+    }
+}
+
+impl std::fmt::Debug for Retry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Retry")
+    }
 }

@@ -158,7 +158,7 @@ fn master_addr(frame: &Frame) -> Result<String, String> {
     }
 }
 
-fn join_addr(ip: &[u8], port: &[u8]) -> Result<String, String> {
+pub(super) fn join_addr(ip: &[u8], port: &[u8]) -> Result<String, String> {
     let (Ok(ip), Ok(port)) = (std::str::from_utf8(ip), std::str::from_utf8(port)) else {
         return Err("address not UTF-8".into());
     };
@@ -292,6 +292,32 @@ impl Watch {
                     }
                 }
             }
+            if which.is_none() {
+                self.ask_replicas(conn, &f.shard, sentinel).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `redis.read_from = "replica_preferred"`: which replica of `shard`
+    /// its reads go to (`SENTINEL REPLICAS`, with the periodic re-ask).
+    async fn ask_replicas(
+        &self,
+        conn: &mut SentinelConn,
+        shard: &Shard,
+        sentinel: &str,
+    ) -> Result<(), String> {
+        let (Some(replica), Some(primary)) = (&shard.replica, shard.primary()) else {
+            return Ok(());
+        };
+        conn.send(&[b"SENTINEL", b"REPLICAS", primary.master().as_bytes()])
+            .await?;
+        let frame = conn.next().await?;
+        if let Frame::Error(_) = frame {
+            return Ok(());
+        }
+        if let Some(old) = replica.follow(&healthy_replicas(&frame)) {
+            tracing::info!(shard = %shard.id, from = %old, to = %replica.current(), sentinel = %sentinel, "replica reads: replica chosen");
         }
         Ok(())
     }
@@ -350,18 +376,44 @@ impl Watch {
     }
 }
 
-/// `SENTINEL MASTER`'s reply (a flat field/value array): the primary's
-/// `host:port` and the `config-epoch`.
-fn master_state(frame: &Frame) -> Option<(String, u64)> {
+/// `SENTINEL REPLICAS`' reply (one flat field/value array per replica):
+/// the `host:port` of each one whose `flags` say neither down nor
+/// disconnected.
+pub fn healthy_replicas(frame: &Frame) -> Vec<String> {
+    let Frame::Array(replicas) = frame else {
+        return Vec::new();
+    };
+    replicas
+        .iter()
+        .filter_map(|r| {
+            let field = |name: &[u8]| field(r, name);
+            let flags = field(b"flags")?;
+            let down = flags
+                .split(|&b| b == b',')
+                .any(|f| matches!(f, b"s_down" | b"o_down" | b"disconnected"));
+            if down {
+                return None;
+            }
+            join_addr(&field(b"ip")?, &field(b"port")?).ok()
+        })
+        .collect()
+}
+
+/// The value of `name` in a Sentinel reply's flat field/value array.
+pub(super) fn field(frame: &Frame, name: &[u8]) -> Option<bytes::Bytes> {
     let Frame::Array(items) = frame else {
         return None;
     };
-    let field = |name: &[u8]| {
-        items.chunks(2).find_map(|kv| match kv {
-            [Frame::Bulk(k), Frame::Bulk(v)] if &k[..] == name => Some(v.clone()),
-            _ => None,
-        })
-    };
+    items.chunks(2).find_map(|kv| match kv {
+        [Frame::Bulk(k), Frame::Bulk(v)] if &k[..] == name => Some(v.clone()),
+        _ => None,
+    })
+}
+
+/// `SENTINEL MASTER`'s reply (a flat field/value array): the primary's
+/// `host:port` and the `config-epoch`.
+fn master_state(frame: &Frame) -> Option<(String, u64)> {
+    let field = |name: &[u8]| field(frame, name);
     let addr = join_addr(&field(b"ip")?, &field(b"port")?).ok()?;
     let epoch = std::str::from_utf8(&field(b"config-epoch")?)
         .ok()?
@@ -468,5 +520,23 @@ mod tests {
             bulk("3"),
         ]);
         assert_eq!(master_state(&master), Some(("10.0.0.2:6380".into(), 3)));
+        let replica = |port: &'static str, flags: &'static str| {
+            Frame::Array(vec![
+                bulk("ip"),
+                bulk("127.0.0.1"),
+                bulk("port"),
+                bulk(port),
+                bulk("flags"),
+                bulk(flags),
+            ])
+        };
+        let replicas = Frame::Array(vec![
+            replica("1", "slave,s_down"),
+            replica("2", "slave"),
+            replica("3", "slave,disconnected"),
+            replica("4", "slave"),
+        ]);
+        assert_eq!(healthy_replicas(&replicas), ["127.0.0.1:2", "127.0.0.1:4"]);
+        assert!(healthy_replicas(&Frame::Null).is_empty());
     }
 }

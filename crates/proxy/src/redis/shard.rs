@@ -29,6 +29,9 @@ pub struct Shard {
     /// Near cache on: the shard's invalidation state, kept current by a
     /// listener task that ends with the shard.
     pub tracking: Option<std::sync::Arc<crate::near_cache::Tracking>>,
+    /// `redis.read_from = "replica_preferred"` on a Sentinel shard: the
+    /// connection that carries its replica reads.
+    pub replica: Option<super::replica::Replica>,
     _listener: Option<AbortOnDrop>,
 }
 
@@ -59,6 +62,7 @@ impl Shard {
                     metrics: metrics.clone(),
                     cluster: cluster.clone(),
                     last_target: Default::default(),
+                    replica: false,
                 };
                 Pipeline::start(connector, settings.engine(), queue_depth)
             })
@@ -86,6 +90,7 @@ impl Shard {
             None => (None, None),
         };
         Shard {
+            replica: None,
             tracking,
             _listener: listener,
             settings,
@@ -104,8 +109,27 @@ impl Shard {
             reply: req.reply,
             hops: 0,
             lane,
+            retry: None,
         };
         self.send_routed(lane, req.cmd, false, caller);
+    }
+
+    /// Queue a read that may see a replica's (older) value: on the
+    /// replica connection while it is up, else as [`Shard::send`].
+    pub fn send_read(self: &std::sync::Arc<Self>, lane: usize, req: BackendRequest) {
+        match &self.replica {
+            Some(replica) if replica.is_up() => {
+                // Once more on the primary, if the shard is still there.
+                let shard = std::sync::Arc::downgrade(self);
+                let cmd = req.cmd.clone();
+                let retry = super::Retry::new(move |caller: Routed| match shard.upgrade() {
+                    Some(shard) => shard.send_routed(caller.lane, cmd, false, caller),
+                    None => caller.reply.send(Err(BackendError::Unavailable)),
+                });
+                replica.send(lane, req, retry);
+            }
+            _ => self.send(lane, req),
+        }
     }
 
     /// Queue `bytes` (after `ASKING` when `asking`: the bytes hold both).

@@ -199,6 +199,24 @@ impl Routes {
         }
     }
 
+    /// `send` of a plain read that may be served by a replica of a Redis
+    /// shard (`redis.read_from`): nothing that returns a CAS, changes the
+    /// item, or fills the near cache.
+    #[inline]
+    pub fn send_read(
+        &self,
+        target: Target,
+        lane: usize,
+        cmd: Bytes,
+        shape: ReplyShape,
+        reply: ReplyTo,
+    ) {
+        match target {
+            Target::Redis { shard } => self.redis.send_read(shard, lane, cmd, reply),
+            Target::Memcached { .. } => self.send(target, lane, cmd, shape, reply),
+        }
+    }
+
     /// `send` outside any session: the reply, when it comes. The command
     /// is queued before this returns.
     pub fn call(

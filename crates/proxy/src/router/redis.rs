@@ -11,7 +11,7 @@ use memshift_protocol::resp::Frame;
 use memshift_ring::{Ring, RingConfig, ShardSpec};
 use tokio::sync::mpsc;
 
-use crate::config::{Config, RedisMode, ShardDownPolicy};
+use crate::config::{Config, ReadFrom, RedisMode, ShardDownPolicy};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::read_errors::ReadErrors;
@@ -19,6 +19,7 @@ use crate::redis::cluster::Cluster;
 use crate::redis::connection::ConnectionSettings;
 use crate::redis::dedicated::DedicatedLimit;
 use crate::redis::primary::Primary;
+use crate::redis::replica::Replica;
 use crate::redis::sentinel;
 use crate::redis::shard::{AbortOnDrop, Shard};
 use crate::redis::{BackendError, BackendReply, BackendRequest, Reply, ReplyTo};
@@ -227,10 +228,13 @@ impl RedisBackends {
                     // the shard is kept, with its own).
                     primary: s.master.as_deref().map(|m| Arc::new(Primary::new(m, ""))),
                 };
+                let replica_reads =
+                    redis.read_from == ReadFrom::ReplicaPreferred && settings.primary.is_some();
                 let reusable = previous.and_then(|p| {
                     p.shards.iter().find(|old| {
                         old.id == s.id()
                             && *old.settings() == settings
+                            && old.replica.is_some() == replica_reads
                             && old.connection_count() == redis.connections_per_shard.max(1)
                     })
                 });
@@ -243,14 +247,28 @@ impl RedisBackends {
                             .map_err(ProxyError::Other)?;
                     primary.set(&addr);
                 }
-                Ok(Arc::new(Shard::start(
+                let replica = replica_reads.then(|| {
+                    Replica::start(
+                        s.id(),
+                        &settings,
+                        redis.max_inflight_per_connection,
+                        metrics.shard(
+                            memshift_shadow::Backend::Redis,
+                            &format!("{}/replica", s.id()),
+                        ),
+                        metrics.replica_reads(s.id()),
+                    )
+                });
+                let mut shard = Shard::start(
                     s.id().to_string(),
                     settings,
                     redis.connections_per_shard,
                     redis.max_inflight_per_connection,
                     metrics.shard(memshift_shadow::Backend::Redis, s.id()),
                     None,
-                )))
+                );
+                shard.replica = replica;
+                Ok(Arc::new(shard))
             })
             .collect::<Result<_, ProxyError>>()?;
         let followed: Vec<sentinel::Followed> = shards
@@ -327,6 +345,17 @@ impl RedisBackends {
         match &self.placement {
             Placement::Cluster(cluster) => cluster.node_at(shard),
             Placement::Ring(_) => self.shards.get(shard).cloned(),
+        }
+    }
+
+    /// `send` of a read that may see a replica's value (plain reads only:
+    /// nothing that returns a CAS or changes the item); the replica
+    /// connection exists only under `redis.read_from = "replica_preferred"`.
+    #[inline]
+    pub fn send_read(&self, shard: usize, lane: usize, cmd: Bytes, reply: ReplyTo) {
+        match self.shards.get(shard) {
+            Some(s) if s.replica.is_some() => s.send_read(lane, BackendRequest { cmd, reply }),
+            _ => self.send(shard, lane, cmd, reply),
         }
     }
 

@@ -225,9 +225,18 @@ impl RespSession {
         let Some(cmd) = self.captured(shard, || routes.redis().cluster_slot(key), cmd) else {
             return;
         };
-        routes
-            .redis()
-            .send(shard, self.lane, cmd, self.reply_to(seq, 0));
+        self.send_keyed(&routes, shard, cmd, seq, 0);
+    }
+
+    /// Queue this request's `cmd` on `shard` as part `part`: a read-only
+    /// command (the table's `read` column) may be served by a replica of
+    /// the shard (`redis.read_from`), a write never.
+    fn send_keyed(&mut self, routes: &Routes, shard: usize, cmd: Bytes, seq: u64, part: u32) {
+        let reply = self.reply_to(seq, part);
+        match reads_only(&self.args[0]) {
+            true => routes.redis().send_read(shard, self.lane, cmd, reply),
+            false => routes.redis().send(shard, self.lane, cmd, reply),
+        }
     }
 
     /// Near cache (memcached `get`s): a request that may change `key`

@@ -80,9 +80,7 @@ impl RespSession {
                 let Some(raw) = self.captured(shard, || slot, raw) else {
                     return;
                 };
-                routes
-                    .redis()
-                    .send(groups[0].shard, self.lane, raw, self.reply_to(seq, 0));
+                self.send_keyed(&routes, shard, raw, seq, 0);
                 return;
             }
         }
@@ -104,9 +102,7 @@ impl RespSession {
             let Some(cmd) = self.captured(g.shard, || g.slot, cmd) else {
                 continue;
             };
-            routes
-                .redis()
-                .send(g.shard, self.lane, cmd, self.reply_to(seq, part as u32));
+            self.send_keyed(&routes, g.shard, cmd, seq, part as u32);
         }
     }
 

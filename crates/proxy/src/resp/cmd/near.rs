@@ -130,6 +130,7 @@ impl RespSession {
                 None,
             ),
         };
+        let fills = ticket.is_some();
         let seq = self.push_waiting(render, 1);
         if let Some(p) = self.pending.back_mut() {
             p.near = NearAfter::Read(Box::new(NearRead {
@@ -139,9 +140,13 @@ impl RespSession {
                 index: OWN_REPLY,
             }));
         }
-        routes
-            .redis()
-            .send(shard, self.lane, cmd, self.reply_to(seq, 0));
+        // A fill reads the primary: the near cache never holds a replica's value.
+        match fills {
+            true => routes
+                .redis()
+                .send(shard, self.lane, cmd, self.reply_to(seq, 0)),
+            false => self.send_keyed(&routes, shard, cmd, seq, 0),
+        }
     }
 
     /// MGET with the near cache on: hits answered here, admitted misses
@@ -224,7 +229,7 @@ impl RespSession {
             }
             drop(w);
             let cmd = self.cmd_buf.split().freeze();
-            redis.send(*shard, self.lane, cmd, self.reply_to(seq, part as u32));
+            redis.send_read(*shard, self.lane, cmd, self.reply_to(seq, part as u32));
         }
         for (j, (shard, cmd)) in fill_cmds.into_iter().enumerate() {
             let part = (groups.len() + j) as u32;

@@ -169,4 +169,18 @@ impl Session {
         let reply = self.reply_to(seq, part);
         routes.send(target, self.lane, cmd, shape, reply);
     }
+
+    /// `send` of a plain read a replica may serve (`Routes::send_read`).
+    fn send_read(
+        &mut self,
+        routes: &Routes,
+        target: Target,
+        shape: ReplyShape,
+        seq: u64,
+        part: u32,
+    ) {
+        let cmd = self.cmd_buf.split().freeze();
+        let reply = self.reply_to(seq, part);
+        routes.send_read(target, self.lane, cmd, shape, reply);
+    }
 }

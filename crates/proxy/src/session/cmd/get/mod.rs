@@ -146,8 +146,14 @@ impl Session {
                 }
             }
         }
-        if !joined {
-            self.send(routes, route.primary, ReplyShape::Values, seq, 0);
+        // A plain get (no CAS, no TTL change, not filling the near cache)
+        // may be served by a replica (`redis.read_from`).
+        let plain =
+            !retrieval.with_cas && retrieval.touch.is_none() && retrieval.near_fill.is_empty();
+        match (joined, plain) {
+            (true, _) => {}
+            (false, true) => self.send_read(routes, route.primary, ReplyShape::Values, seq, 0),
+            (false, false) => self.send(routes, route.primary, ReplyShape::Values, seq, 0),
         }
         retrieval.compare = migration.phase != crate::config::Phase::Redis
             && route.shadow.is_some()

@@ -90,7 +90,7 @@ impl Session {
         let mut parts = Parts::default();
         match r.touch {
             Some(exptime) => self.send_getex(routes, &r.keys, exptime, &groups, &mut parts, seq),
-            None => self.send_mgets(routes, &groups, &mut parts, seq),
+            None => self.send_mgets(routes, &groups, &mut parts, seq, r.with_cas),
         }
         self.send_fills(routes, &groups, &mut parts, seq);
         let exptime = r.touch.unwrap_or(0);
@@ -194,17 +194,30 @@ impl Session {
         }
     }
 
-    /// get/gets on Redis: one MGET per group.
-    fn send_mgets(&mut self, routes: &Routes, groups: &Groups, parts: &mut Parts, seq: u64) {
+    /// get/gets on Redis: one MGET per group; a get's (no CAS: no `cas`
+    /// can depend on it) may be served by a replica (`redis.read_from`).
+    fn send_mgets(
+        &mut self,
+        routes: &Routes,
+        groups: &Groups,
+        parts: &mut Parts,
+        seq: u64,
+        with_cas: bool,
+    ) {
         parts.redis = vec![u32::MAX; groups.redis.len()];
         for (g, keys) in groups.redis.iter().enumerate() {
             if keys.is_empty() {
                 continue;
             }
             translate::mget(&mut self.cmd_buf, keys.iter().copied());
-            let shard = groups.shard(g);
+            let target = Target::Redis {
+                shard: groups.shard(g),
+            };
             let part = parts.next();
-            self.send(routes, Target::Redis { shard }, ReplyShape::Line, seq, part);
+            match with_cas {
+                true => self.send(routes, target, ReplyShape::Line, seq, part),
+                false => self.send_read(routes, target, ReplyShape::Line, seq, part),
+            }
             parts.redis[g] = part;
         }
     }
