@@ -541,6 +541,54 @@ fn near_cache_coalesce_a_joined_read_followed_by_its_own_write_keeps_order() {
     }
 }
 
+/// A `flush_all` writes every key: a waiter dispatched before it leaves its
+/// flight ahead of it, as before a write of its own key. (It used to stay,
+/// and a later write of its key took it out and sent its read after the
+/// flush: a miss where memcached has the item.)
+#[test]
+fn near_cache_coalesce_a_joined_read_followed_by_flush_all_keeps_order() {
+    if !require_tools("near_cache_coalesce_flush_order", &["redis-server"]) {
+        return;
+    }
+    let setup = start_with(10_000, 1, "", "");
+    let mut admin = setup.memshift.client();
+    let mut c = setup.memshift.client();
+    for round in 1..=3 {
+        let key = format!("flushed{round}");
+        // Not write-through: the key stays uncached, so the gets leads.
+        add_uncached(&mut admin, &key, "v");
+        setup.shard.signal(libc::SIGSTOP);
+        let req = format!("gets {key}\r\nget {key}\r\nflush_all\r\nset {key} 0 0 1\r\nw\r\n");
+        c.send(req.as_bytes()).expect("send");
+        thread::sleep(Duration::from_millis(200));
+        setup.shard.signal(libc::SIGCONT);
+        c.set_read_timeout(REPLY_BOUND).expect("timeout");
+        let gets = read_get_reply(&mut c);
+        assert!(
+            gets.starts_with(&format!("VALUE {key} 0 1 ")),
+            "round {round}: {gets}"
+        );
+        let get = read_get_reply(&mut c);
+        assert_eq!(
+            get,
+            format!("VALUE {key} 0 1\r\nv\r\nEND\r\n"),
+            "round {round}"
+        );
+        assert_eq!(c.read_line().expect("flushed"), b"OK\r\n", "round {round}");
+        assert_eq!(
+            c.read_line().expect("stored"),
+            b"STORED\r\n",
+            "round {round}"
+        );
+    }
+}
+
+/// Add (not write-through: the key stays uncached) `key` with `value`.
+fn add_uncached(c: &mut McClient, key: &str, value: &str) {
+    let req = format!("add {key} 0 0 {}\r\n{value}\r\n", value.len());
+    assert_eq!(c.request_str(req.as_bytes()).expect("add"), "STORED\r\n");
+}
+
 fn slow_consumers(c: &mut McClient) -> u64 {
     mc_stats(c)
         .expect("stats")

@@ -52,7 +52,10 @@
 //!   that key out of their flights and sends their own reads ahead of the
 //!   write ([`leave`]); one whose flight is already gone is answered from
 //!   a read Redis executed before the write, unless the flight was lost,
-//!   and then it fails rather than read after its own write.
+//!   and then it fails rather than read after its own write. A
+//!   `flush_all` is a write of every key: it takes out all the session's
+//!   waiters (left in, a later write of the key would send them after the
+//!   flush).
 //! * **Bounds.** At most [`MAX_WAITERS`] per flight (the next miss opens a
 //!   new flight). A flight lives as long as its [`Lead`] (one pending
 //!   request) and its waiters' requests. The index drops an entry when its

@@ -101,7 +101,7 @@ impl Session {
                 self.dispatch_touch(&routes, tag, key, exptime, noreply)
             }
             Request::FlushAll { delay, noreply } => {
-                near::drop_all(&routes);
+                self.near_flush(&routes);
                 self.dispatch_flush(&routes, tag, delay, noreply)
             }
             Request::Version => self.dispatch_version(),

@@ -33,8 +33,18 @@ impl Session {
             near.invalidate_hash(hash);
             self.near_written = Some(hash);
             if self.near_joined > 0 {
-                self.near_overtake(hash);
+                self.near_overtake(Some(hash));
             }
+        }
+    }
+
+    /// A `flush_all` is being dispatched: a write of every key. Entries
+    /// go, and reads waiting on other reads leave them first, as before a
+    /// write of their own key.
+    pub(super) fn near_flush(&mut self, routes: &Routes) {
+        drop_all(routes);
+        if self.near_joined > 0 {
+            self.near_overtake(None);
         }
     }
 
@@ -66,11 +76,13 @@ impl Session {
         coalesce::lead(ticket, raw.slice_ref(key))
     }
 
-    /// A write of the key with `hash` is being dispatched while some of
-    /// this session's reads wait on other reads: those of that key leave
-    /// their flights and are sent now, ahead of the write (the read they
-    /// joined may reach Redis after it); see `near_cache::coalesce`.
-    fn near_overtake(&mut self, hash: u64) {
+    /// A write of the key with `hash` (`None`: of every key, flush_all) is
+    /// being dispatched while some of this session's reads wait on other
+    /// reads: those of that key leave their flights and are sent now, ahead
+    /// of the write (the read they joined may reach Redis after it); see
+    /// `near_cache::coalesce`. One left waiting would be taken out by a
+    /// later write of its key and sent after this one.
+    fn near_overtake(&mut self, written: Option<u64>) {
         let Some(tx) = self.replies.as_ref().map(|c| c.tx.clone()) else {
             self.near_joined = 0;
             return;
@@ -85,7 +97,7 @@ impl Session {
             let Some(joined) = r.near_join.as_mut().filter(|_| pending.waiting > 0) else {
                 continue;
             };
-            if joined.hash() != hash {
+            if written.is_some_and(|hash| joined.hash() != hash) {
                 still += 1;
             } else if coalesce::leave(joined, &tx, first_seq + i as u64) {
                 r.near_join = None;
