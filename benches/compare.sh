@@ -290,7 +290,17 @@ if any(r["system"] == "memshift_unix" for r in rows):
                        f"| {fmt(get(s, 'rate50', lambda r: r['latency_us']['p50']), 1)} | {fmt(get(s, 'rate50', p99), 1)} "
                        f"| {fmt(cpu_per_req(s, 'rate50'), 2)} |")
     out.append("")
-    for scen, label in (("np", "no pipelining"), ("p16", "pipeline 16")):
+    if any(r["system"] == "memshift_unix" and r["scenario"] == "el-np" for r in rows):
+        out.append("The same, one event loop over all connections (`--shape event-loop`, closed loop):\n")
+        out.append("| system | transport | ops/s, no pipelining | p99 us | CPU us/req | ops/s, pipeline 16 | p99 us | CPU us/req |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        for base in ("memcached", "memshift"):
+            for s, tr in ((base, "tcp"), (base + "_unix", "unix")):
+                out.append(f"| {names[base]} | {tr} | {fmt(get(s, 'el-np'))} | {fmt(get(s, 'el-np', p99), 1)} | {fmt(cpu_per_req(s, 'el-np'), 2)} "
+                           f"| {fmt(get(s, 'el-p16'))} | {fmt(get(s, 'el-p16', p99), 1)} | {fmt(cpu_per_req(s, 'el-p16'), 2)} |")
+        out.append("")
+    for scen, label in (("np", "no pipelining"), ("p16", "pipeline 16"),
+                        ("el-np", "event loop, no pipelining"), ("el-p16", "event loop, pipeline 16")):
         u, t = cpu_per_req("memshift_unix", scen), cpu_per_req("memshift", scen)
         if u and t:
             unix_goals.append((f"{label}: memshift CPU per request over the unix socket <= 0.75x over TCP loopback",
@@ -756,6 +766,10 @@ if [ "$UNIX_BENCH" = 1 ]; then
             run "$sys" np "$round" "${shape[@]}" --pipeline 1
             run "$sys" p16 "$round" "${shape[@]}" --pipeline 16
             run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"
+            if [ "$EVENT_LOOP" -eq 1 ]; then
+                run "$sys" el-np "$round" "${shape[@]}" --pipeline 1 --shape event-loop
+                run "$sys" el-p16 "$round" "${shape[@]}" --pipeline 16 --shape event-loop
+            fi
         done
     done
 fi

@@ -21,6 +21,10 @@
 # backends), the run-queue wait per request and per wake-up from
 # /proc/<pid>/task/*/schedstat (run_delay: time spent runnable but not
 # running) and the CPU time per request.
+# SYSTEM=memcached measures memcached -t 1 alone (the "memshift" figures are
+# memcached's). NEAR=1 turns memshift's near cache on (admit_reads = 1,
+# max_ttl_ms = 10000, as compare.sh). LOAD_ARGS adds flags to the measured
+# run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99".
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -37,6 +41,7 @@ SHARDS=${SHARDS:-3} BACKEND_CPU=${BACKEND_CPU:-1} PROXY_CPU=${PROXY_CPU:-1} PIPE
 LOAD=${LOAD:-target/release/memshift-load}
 SYSTEM=${SYSTEM:-memshift}
 [ "$SYSTEM" = twemproxy ] && SHARDS=1
+[ "$SYSTEM" = memcached ] && SHARDS=0
 W=$(mktemp -d /tmp/memshift-hop.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
@@ -60,6 +65,12 @@ if [ "$SYSTEM" = twemproxy ]; then
     nutcracker_config "$W/nutcracker.yml" "$MP" "$base"
     "${NI[@]}" taskset -c "$PROXY_CPU" nutcracker -c "$W/nutcracker.yml" -s $(( base + 2 )) -a 127.0.0.1 \
         -p "$W/nutcracker.pid" -o "$W/m.log" &
+    MS=$!; PIDS+=($MS)
+elif [ "$SYSTEM" = memcached ]; then
+    root_flag=()
+    [ "$(id -u)" -eq 0 ] && root_flag=(-u root)
+    MP=$base
+    "${NI[@]}" taskset -c "$PROXY_CPU" memcached -l 127.0.0.1 -p "$MP" -U 0 -t 1 -m 1024 "${root_flag[@]}" &
     MS=$!; PIDS+=($MS)
 else
 for i in $(seq 0 $(( SHARDS - 1 ))); do
@@ -85,19 +96,23 @@ connections_per_shard = ${CONNS_PER_SHARD:-0}
 [migration]
 phase = "redis"
 T
+[ "${NEAR:-0}" = 1 ] && printf '\n[near_cache]\nenabled = true\nadmit_reads = 1\nmax_ttl_ms = 10000\n' >>"$W/m.toml"
 "${NI[@]}" taskset -c "$PROXY_CPU" "$BIN" --config "$W/m.toml" >"$W/m.log" 2>&1 &
 MS=$!; PIDS+=($MS)
 fi
 for i in $(seq 0 "$SHARDS"); do wait_for_port $(( base + i )) 15 || { cat "$W/m.log" >&2; exit 1; }; done
 A=127.0.0.1:$MP
 "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --warmup --requests 0 --keys 100000 --value-size 100 --conns 16 >/dev/null 2>&1
+# The near cache starts cold: one unmeasured run of the measured load first.
+[ "${NEAR:-0}" = 1 ] && "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio 90:10 --keys 100000 \
+    --value-size 100 --duration 3 --pipeline 1 ${LOAD_ARGS:-} --json >/dev/null
 ticks() { awk '{print $14 + $15}' "/proc/$MS/stat"; }
 # Voluntary context switches of every memshift thread: each is a worker
 # parking in epoll_wait with nothing to run (then woken by the next event).
 parks() { cat /proc/"$MS"/task/*/status | awk '/^voluntary_ctxt/ {s += $2} END {print s}'; }
 # schedstat PIDS...: summed over every thread, "run_ns wait_ns timeslices"
 # (wait = runnable but not running: run-queue delay).
-schedstat() { for p in "$@"; do cat /proc/"$p"/task/*/schedstat; done | awk '{r += $1; w += $2; n += $3} END {printf "%d %d %d\n", r, w, n}'; }
+schedstat() { [ $# -gt 0 ] || { echo 0 0 0; return; }; for p in "$@"; do cat /proc/"$p"/task/*/schedstat; done | awk '{r += $1; w += $2; n += $3} END {printf "%d %d %d\n", r, w, n}'; }
 # memshift's own view of a request (read to reply rendered): its duration
 # histogram for get, as cumulative bucket counts.
 durations() {
@@ -122,7 +137,7 @@ fi
 mode=(--rate "$RATE")
 [ "$RATE" = 0 ] && mode=(--pipeline "$PIPELINE")
 out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio 90:10 --keys 100000 --value-size 100 \
-    --duration "$DUR" "${mode[@]}" --json)
+    --duration "$DUR" "${mode[@]}" ${LOAD_ARGS:-} --json)
 t1=$(ticks); v1=$(parks)
 s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)
 if [ "${STRACE:-0}" = 1 ] || [ "${PERF:-0}" = 1 ]; then kill -INT "$SP"; wait "$SP" 2>/dev/null || true; fi
