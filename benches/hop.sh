@@ -24,7 +24,8 @@
 # SYSTEM=memcached measures memcached -t 1 alone (the "memshift" figures are
 # memcached's). NEAR=1 turns memshift's near cache on (admit_reads = 1,
 # max_ttl_ms = 10000, as compare.sh). LOAD_ARGS adds flags to the measured
-# run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99".
+# run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99"; RATIO (default
+# 90:10) the get:set mix.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -104,7 +105,7 @@ for i in $(seq 0 "$SHARDS"); do wait_for_port $(( base + i )) 15 || { cat "$W/m.
 A=127.0.0.1:$MP
 "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --warmup --requests 0 --keys 100000 --value-size 100 --conns 16 >/dev/null 2>&1
 # The near cache starts cold: one unmeasured run of the measured load first.
-[ "${NEAR:-0}" = 1 ] && "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio 90:10 --keys 100000 \
+[ "${NEAR:-0}" = 1 ] && "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 \
     --value-size 100 --duration 3 --pipeline 1 ${LOAD_ARGS:-} --json >/dev/null
 ticks() { awk '{print $14 + $15}' "/proc/$MS/stat"; }
 # Voluntary context switches of every memshift thread: each is a worker
@@ -136,7 +137,7 @@ elif [ "${PERF:-0}" = 1 ]; then
 fi
 mode=(--rate "$RATE")
 [ "$RATE" = 0 ] && mode=(--pipeline "$PIPELINE")
-out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio 90:10 --keys 100000 --value-size 100 \
+out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
     --duration "$DUR" "${mode[@]}" ${LOAD_ARGS:-} --json)
 t1=$(ticks); v1=$(parks)
 s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)

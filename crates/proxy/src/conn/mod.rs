@@ -20,6 +20,7 @@ pub mod pool;
 pub mod push;
 pub mod queue;
 mod serve;
+mod shutdown;
 
 use std::future::Future;
 
