@@ -20,6 +20,10 @@ pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 16 * 1024;
+/// A request arriving within this long of the previous one finds the
+/// connection busy: it waits one scheduler pass for company even when
+/// nothing is in flight (see `serve`).
+const BUSY_GAP: Duration = Duration::from_millis(1);
 /// An idle connection pings its server this often (codecs with a ping).
 const IDLE_PING: Duration = Duration::from_secs(1);
 /// A connection that lived this long before breaking (dropped by the server
@@ -141,6 +145,7 @@ async fn run<K: Connector>(
                     stamped: 0,
                     timeout: settings.timeout,
                     senders_gone: false,
+                    last_request: connected,
                 };
                 let ended = conn.serve(rd, wr, &mut rx, connector.moved()).await;
                 up.store(false, Ordering::Relaxed);
@@ -209,6 +214,8 @@ struct Connection<C: Codec> {
     timeout: Duration,
     /// The queue closed: answer what is in flight, then stop.
     senders_gone: bool,
+    /// When the last request (batch) was taken from the queue.
+    last_request: Instant,
 }
 
 impl<C: Codec> Connection<C> {
@@ -274,22 +281,30 @@ impl<C: Codec> Connection<C> {
                         continue;
                     };
                     let now = Instant::now();
-                    // Nothing in flight: the server is waiting, write at
-                    // once (a yield costs this request a scheduler pass and
-                    // an extra epoll_wait, for nothing to batch with).
-                    let outstanding = !self.slots.is_empty();
+                    // Busy: replies outstanding, or the previous request
+                    // came less than BUSY_GAP ago. Then other sessions are
+                    // active: let the ones ready in this scheduler pass
+                    // queue their requests too, so they go out in this
+                    // same write (one send() and one backend wake-up for
+                    // many unpipelined clients; measured on Redis: 1.77x
+                    // the throughput). `yield_now` polls the I/O driver
+                    // before resuming us, so sessions whose sockets became
+                    // readable meanwhile join too; a self-wake yield skips
+                    // that `epoll_wait` but batched less and cost more CPU
+                    // (docs/benchmarks-history.md, "Issue 14").
+                    // Idle (a lone request): write at once; a yield would
+                    // cost a scheduler pass and an `epoll_wait` for nothing
+                    // to batch with. "Nothing outstanding" alone is not
+                    // idle: under a closed-loop load a fast server often
+                    // has answered everything when the next request comes,
+                    // and writing those at once cost 8 % more proxy CPU and
+                    // 10 % fewer requests/s (BENCHMARKS.md, "Engine: when to
+                    // wait for company").
+                    let busy = !self.slots.is_empty()
+                        || now.saturating_duration_since(self.last_request) < BUSY_GAP;
+                    self.last_request = now;
                     self.push(&mut wbuf, req, now);
-                    if outstanding {
-                        // Replies are outstanding, so other sessions are
-                        // active: let the ones ready in this scheduler pass
-                        // queue their requests too, so they go out in this
-                        // same write (one send() and one backend wake-up
-                        // for many unpipelined clients; measured on Redis:
-                        // 1.77x the throughput). `yield_now` polls the
-                        // I/O driver before resuming us, so sessions whose
-                        // sockets became readable meanwhile join too; a
-                        // self-wake yield skips that `epoll_wait` but batched
-                        // less and cost more CPU (BENCHMARKS.md, "Issue 14").
+                    if busy {
                         tokio::task::yield_now().await;
                     }
                     while wbuf.len() < MAX_BATCH_BYTES {
