@@ -20,6 +20,9 @@
 //! * `reply`: reading the meta reply the text path rendered.
 
 mod arith_delete;
+mod direct;
+#[cfg(test)]
+mod direct_tests;
 mod get;
 mod info;
 mod reply;
@@ -328,7 +331,8 @@ impl Session {
         }
     }
 
-    /// Render a finished request as its binary response.
+    /// Render a finished request as its binary response: directly for
+    /// the hot cases (`direct`), else through its text reply.
     pub(super) fn render_binary(&mut self, pending: Pending) {
         let seq = self.pending.last_popped_seq();
         while self.binary.frames.front().is_some_and(|f| f.seq < seq) {
@@ -337,6 +341,13 @@ impl Session {
         let frame = match self.binary.frames.front() {
             Some(f) if f.seq == seq => self.binary.frames.pop_front(),
             _ => None,
+        };
+        let pending = match &frame {
+            Some(f) if direct::answers(f.answer) => match self.render_direct(f, pending) {
+                Some(pending) => pending,
+                None => return,
+            },
+            _ => pending,
         };
         // The text reply goes to the scratch buffer, then is re-encoded.
         if self.binary.text.capacity() == 0 {

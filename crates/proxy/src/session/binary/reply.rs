@@ -141,17 +141,24 @@ fn encode_meta(buf: &mut BytesMut, frame: &Frame, text: &[u8]) {
 fn encode_value(buf: &mut BytesMut, frame: &Frame, with_key: bool, text: &[u8]) {
     let (opcode, opaque) = (frame.opcode, frame.opaque);
     if text == b"END\r\n" {
-        return match (frame.quiet, with_key) {
-            (true, _) => {}
-            (false, true) => response::put_miss_with_key(buf, opcode, opaque, &frame.key),
-            (false, false) => response::put_error(buf, opcode, opaque, Status::KeyNotFound),
-        };
+        return put_miss(buf, frame, with_key);
     }
     let Some(hit) = value_line(text) else {
         return response::put_error(buf, opcode, opaque, Status::TemporaryFailure);
     };
     let key = if with_key { &frame.key[..] } else { b"" };
     response::put_value(buf, opcode, opaque, hit.cas, hit.flags, key, hit.data);
+}
+
+/// A get's miss: nothing (quiet), `Not found` with the key (GetK, GATK),
+/// or memcached's `Not found` error.
+pub(super) fn put_miss(buf: &mut BytesMut, frame: &Frame, with_key: bool) {
+    let (opcode, opaque) = (frame.opcode, frame.opaque);
+    match (frame.quiet, with_key) {
+        (true, _) => {}
+        (false, true) => response::put_miss_with_key(buf, opcode, opaque, &frame.key),
+        (false, false) => response::put_error(buf, opcode, opaque, Status::KeyNotFound),
+    }
 }
 
 struct Hit<'a> {
