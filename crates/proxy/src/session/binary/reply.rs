@@ -1,4 +1,11 @@
-//! The text reply a request rendered, re-encoded as its binary response.
+//! The text reply a request rendered, re-encoded as its binary response:
+//! the fallback for what `direct` does not write itself (Touch, base64
+//! keys, Increment/Decrement, Stat, Version, Flush, Noop, backend errors
+//! and forwarded replies). The Get family's hits and misses and the
+//! store/delete outcomes on Redis are written by `direct` from the
+//! decoded answer instead: going through text cost binary ~10 % of text's
+//! throughput at pipeline 16. `direct_tests` check that both write the
+//! same bytes.
 //!
 //! The text path answers the meta commands built in this module with
 //! `VA <len> <flags>\r\n<data>\r\n`, `HD <flags>`, `EN`, `NS`, `EX`, `NF`,
