@@ -1,4 +1,11 @@
-//! The text reply a request rendered, re-encoded as its binary response.
+//! The text reply a request rendered, re-encoded as its binary response:
+//! the fallback for what `direct` does not write itself (Touch, base64
+//! keys, Increment/Decrement, Stat, Version, Flush, Noop, backend errors
+//! and forwarded replies). The Get family's hits and misses and the
+//! store/delete outcomes on Redis are written by `direct` from the
+//! decoded answer instead: going through text cost binary ~10 % of text's
+//! throughput at pipeline 16. `direct_tests` check that both write the
+//! same bytes.
 //!
 //! The text path answers the meta commands built in this module with
 //! `VA <len> <flags>\r\n<data>\r\n`, `HD <flags>`, `EN`, `NS`, `EX`, `NF`,
@@ -141,17 +148,24 @@ fn encode_meta(buf: &mut BytesMut, frame: &Frame, text: &[u8]) {
 fn encode_value(buf: &mut BytesMut, frame: &Frame, with_key: bool, text: &[u8]) {
     let (opcode, opaque) = (frame.opcode, frame.opaque);
     if text == b"END\r\n" {
-        return match (frame.quiet, with_key) {
-            (true, _) => {}
-            (false, true) => response::put_miss_with_key(buf, opcode, opaque, &frame.key),
-            (false, false) => response::put_error(buf, opcode, opaque, Status::KeyNotFound),
-        };
+        return put_miss(buf, frame, with_key);
     }
     let Some(hit) = value_line(text) else {
         return response::put_error(buf, opcode, opaque, Status::TemporaryFailure);
     };
     let key = if with_key { &frame.key[..] } else { b"" };
     response::put_value(buf, opcode, opaque, hit.cas, hit.flags, key, hit.data);
+}
+
+/// A get's miss: nothing (quiet), `Not found` with the key (GetK, GATK),
+/// or memcached's `Not found` error.
+pub(super) fn put_miss(buf: &mut BytesMut, frame: &Frame, with_key: bool) {
+    let (opcode, opaque) = (frame.opcode, frame.opaque);
+    match (frame.quiet, with_key) {
+        (true, _) => {}
+        (false, true) => response::put_miss_with_key(buf, opcode, opaque, &frame.key),
+        (false, false) => response::put_error(buf, opcode, opaque, Status::KeyNotFound),
+    }
 }
 
 struct Hit<'a> {

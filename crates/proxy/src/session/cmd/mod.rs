@@ -11,6 +11,8 @@
 //! * `flush`: flush_all.
 //! * `info`: version/verbosity/stats/quit.
 //! * `shadow`: which shadow write follows a write's outcome.
+//! * `sink`: where a get's or a meta command's reply is written (text, or
+//!   a binary response straight from the decoded answer).
 
 mod admin;
 mod arith_delete_touch;
@@ -20,18 +22,21 @@ mod info;
 mod meta;
 mod near;
 mod shadow;
+mod sink;
 mod storage;
 mod write;
 
 use bytes::Bytes;
-use memshift_protocol::memcache::Request;
+use memshift_protocol::memcache::{Keys, Request};
 use tokio::time::Instant;
 
 use super::pending::{Op, Pending};
 use super::Session;
 use crate::router::{ReplyShape, Routes, Target};
 
+pub(super) use meta::{render_redis, write_outcome, Outcome};
 pub(super) use near::land;
+pub(super) use sink::{Sink, Text};
 
 /// `cmd_buf` gets `CMD_BUF_CHUNK` more room when less than `CMD_BUF_LOW` is left.
 const CMD_BUF_CHUNK: usize = 4 * 1024;
@@ -43,6 +48,14 @@ const CMD_BUF_LOW: usize = 512;
 /// timeout; counting from the queueing here would fail requests that only
 /// waited behind another client's large replies (twemproxy #526).
 const BACKSTOP_TIMEOUTS: u32 = 3;
+
+/// Near cache: the key a finished write wrote is invalidated again just
+/// before its reply is written (read-your-writes).
+pub(super) fn forget_written(pending: &Pending) {
+    if let (Some(hash), Some(near)) = (pending.near_written, crate::near_cache::get()) {
+        near.invalidate_hash(hash);
+    }
+}
 
 /// Where a request's backend replies go (its sequence number) and until
 /// when they are awaited.
@@ -121,16 +134,14 @@ impl Session {
     }
 
     pub(super) fn render(&mut self, pending: Pending) {
-        if let (Some(hash), Some(near)) = (pending.near_written, crate::near_cache::get()) {
-            near.invalidate_hash(hash);
-        }
+        forget_written(&pending);
         match pending.op {
             Op::Ready(line) => self.wbuf.extend_from_slice(line),
             Op::ReadyBytes(bytes) => self.wbuf.extend_from_slice(&bytes),
             Op::Silent | Op::Close => {}
-            Op::Retrieval(retrieval) => self.render_get(retrieval, &pending.results),
+            Op::Retrieval(retrieval) => self.render_get(retrieval, &pending.results, &mut Text),
             Op::Write(write) => self.render_write(write, &pending.results),
-            Op::Meta(op) => self.render_meta(*op, &pending.results),
+            Op::Meta(op) => self.render_meta(*op, &pending.results, &mut Text),
             Op::FlushAll { noreply } => {
                 near::drop_all(&self.proxy.router.load());
                 self.render_flush(noreply, &pending.results)
@@ -139,12 +150,23 @@ impl Session {
                 keys,
                 hit,
                 with_cas,
-            } => {
-                let key = keys.iter().next().unwrap_or_default();
-                self.proxy.stats.prefixes.record_get(key, true);
-                near::render_hit(&mut self.wbuf, key, &hit, with_cas)
-            }
+            } => self.render_near_hit(&keys, &hit, with_cas, &mut Text),
         }
+    }
+
+    /// A get of one key the near cache answered.
+    pub(in crate::session) fn render_near_hit<S: Sink>(
+        &mut self,
+        keys: &Keys<Bytes>,
+        hit: &crate::near_cache::store::Hit,
+        with_cas: bool,
+        sink: &mut S,
+    ) {
+        let key = keys.iter().next().unwrap_or_default();
+        self.proxy.stats.prefixes.record_get(key, true);
+        let cas = with_cas.then_some(hit.cas);
+        sink.item(&mut self.wbuf, key, hit.flags, &hit.data, cas);
+        sink.end_items(&mut self.wbuf);
     }
 
     /// Commands are split off `cmd_buf` as they are sent; keeping spare

@@ -10,8 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use memshift_protocol::memcache::reply;
+use bytes::Bytes;
 
 use super::super::pending::{Op, PartResult, Retrieval, OWN_REPLY};
 use super::super::Session;
@@ -293,10 +292,4 @@ pub(super) fn drop_all(routes: &Routes) {
             t.drop_all();
         }
     }
-}
-
-/// `VALUE key flags bytes [cas]` + data + `END`.
-pub(super) fn render_hit(out: &mut BytesMut, key: &[u8], hit: &Hit, with_cas: bool) {
-    reply::value(out, key, hit.flags, &hit.data, with_cas.then_some(hit.cas));
-    out.extend_from_slice(reply::END);
 }

@@ -12,12 +12,12 @@
 
 use bytes::Bytes;
 use memshift_protocol::memcache::client::{self, Response};
-use memshift_protocol::memcache::reply;
 use memshift_protocol::resp::Frame;
 
 use super::super::super::pending::{Results, Retrieval, Slot, NEAR_HIT, OWN_REPLY};
 use super::super::super::Session;
 use super::super::shadow::Change;
+use super::super::sink::Sink;
 use crate::near_cache::store::{Hit, Ticket};
 use crate::read_errors::ReadFailure;
 use crate::redis::{encoding, Reply};
@@ -46,12 +46,18 @@ impl From<Hit> for Found {
 }
 
 impl Session {
-    pub(in crate::session::cmd) fn render_get(&mut self, mut r: Retrieval, results: &Results) {
+    pub(in crate::session) fn render_get<S: Sink>(
+        &mut self,
+        mut r: Retrieval,
+        results: &Results,
+        sink: &mut S,
+    ) {
         let proxy = self.proxy.clone();
         let routes = proxy.router.load();
         let as_misses = routes.redis().read_errors.as_misses;
         if let Some(why) = request_failure(&r, results, as_misses) {
-            self.wbuf.extend_from_slice(why.reply_line());
+            let line = why.reply_line();
+            sink.text(&mut self.wbuf, |out| out.extend_from_slice(line));
             return;
         }
         // Where the next VALUE of each memcached part starts.
@@ -99,9 +105,9 @@ impl Session {
                     found.as_ref().map(|f| (f.flags, f.data.clone())),
                 ));
             }
-            self.write_value(&r, key, found);
+            self.write_value(&r, key, found, sink);
         }
-        self.wbuf.extend_from_slice(reply::END);
+        sink.end_items(&mut self.wbuf);
         if let Some((key, side, primary)) = compared {
             crate::compare::spawn(proxy.clone(), key, side, primary);
         }
@@ -220,9 +226,16 @@ impl Session {
         found
     }
 
-    /// `VALUE ...` for a hit (straight to the output: a request with any
-    /// value has an answered backend, so it ends with END), counted.
-    fn write_value(&mut self, r: &Retrieval, key: &[u8], found: Option<Found>) {
+    /// A hit's item (`VALUE ...` in text; straight to the output: a request
+    /// with any value has an answered backend, so it ends with END),
+    /// counted.
+    fn write_value<S: Sink>(
+        &mut self,
+        r: &Retrieval,
+        key: &[u8],
+        found: Option<Found>,
+        sink: &mut S,
+    ) {
         let stats = &self.proxy.stats;
         stats.prefixes.record_get(key, found.is_some());
         let Some(item) = found else {
@@ -231,7 +244,7 @@ impl Session {
         };
         bump(&stats.get_hits);
         let cas = r.with_cas.then_some(item.cas);
-        reply::value(&mut self.wbuf, key, item.flags, &item.data, cas);
+        sink.item(&mut self.wbuf, key, item.flags, &item.data, cas);
     }
 }
 

@@ -23,6 +23,7 @@ use memshift_protocol::memcache::{base64, MetaCommand, MetaFlags, MetaSetMode};
 use super::super::pending::{Kind, MetaOp, Op, Results, OWN_REPLY};
 use super::super::Session;
 use super::shadow::Change;
+use super::sink::Sink;
 use super::Tag;
 use crate::near_cache::store::Hit;
 use crate::read_errors::ReadFailure;
@@ -31,7 +32,7 @@ use crate::redis::{BackendError, Reply};
 use crate::router::{Access, Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
 use memshift_protocol::memcache::unix_now;
-use redis_reply::render_redis;
+pub(in crate::session) use redis_reply::{render_redis, write_outcome};
 
 impl Session {
     #[allow(clippy::too_many_arguments)]
@@ -97,28 +98,38 @@ impl Session {
         self.push_ready(Op::Ready(reply::META_NOOP));
     }
 
-    pub(in crate::session::cmd) fn render_meta(&mut self, op: MetaOp, results: &Results) {
+    pub(in crate::session) fn render_meta<S: Sink>(
+        &mut self,
+        op: MetaOp,
+        results: &Results,
+        sink: &mut S,
+    ) {
         let proxy = self.proxy.clone();
         if let Some(why) = ReadFailure::of(results.get(0)) {
             if op.reads_as_miss() && proxy.router.load().redis().read_errors.as_misses {
-                return self.render_meta_failed_read(&op, why);
+                return self.render_meta_failed_read(&op, why, sink);
             }
         }
         let result = match results.get(0) {
             Some(Ok(reply)) => reply,
-            Some(Err(e)) => return self.wbuf.extend_from_slice(e.reply_line()),
+            Some(Err(e)) => {
+                let line = e.reply_line();
+                return sink.text(&mut self.wbuf, |out| out.extend_from_slice(line));
+            }
             None => {
-                return self
-                    .wbuf
-                    .extend_from_slice(BackendError::Timeout.reply_line())
+                let line = BackendError::Timeout.reply_line();
+                return sink.text(&mut self.wbuf, |out| out.extend_from_slice(line));
             }
         };
         let outcome = match (op.kind, result) {
             (Kind::Forwarded, Reply::Memcached(raw)) => {
                 let outcome = forwarded_outcome(op.command, raw);
-                if !(op.flags.quiet && quiet_hides(op.command, outcome)) {
-                    self.wbuf.extend_from_slice(raw);
-                }
+                let hidden = op.flags.quiet && quiet_hides(op.command, outcome);
+                sink.text(&mut self.wbuf, |out| {
+                    if !hidden {
+                        out.extend_from_slice(raw)
+                    }
+                });
                 outcome
             }
             (_, Reply::Redis(frame)) => {
@@ -133,11 +144,11 @@ impl Session {
                     });
                     self.near_answered(None, &op.key, item.as_ref(), None);
                 }
-                render_redis(&op, frame, &mut self.wbuf)
+                sink.meta_reply(&mut self.wbuf, &op, frame)
             }
             _ => {
-                self.wbuf.extend_from_slice(WriteOutcome::Failed.line());
-                return;
+                let line = WriteOutcome::Failed.line();
+                return sink.text(&mut self.wbuf, |out| out.extend_from_slice(line));
             }
         };
         // counters
@@ -179,11 +190,11 @@ impl MetaOp {
 impl Session {
     /// A failed `mg` answered as a miss: `EN` with the flags memcached
     /// returns on a miss (or nothing under `q`), counted.
-    fn render_meta_failed_read(&mut self, op: &MetaOp, why: ReadFailure) {
+    fn render_meta_failed_read<S: Sink>(&mut self, op: &MetaOp, why: ReadFailure, sink: &mut S) {
         let routes = self.proxy.router.load();
         let access = op.flags.ttl.map_or(Access::Read, |_| Access::Write);
         self.read_failed_as_miss(&routes, &op.key, access, why);
-        redis_reply::render_miss(op, &mut self.wbuf);
+        sink.text(&mut self.wbuf, |out| redis_reply::render_miss(op, out));
     }
 }
 
@@ -201,7 +212,7 @@ fn count_meta(stats: &crate::stats::Stats, command: MetaCommand, flags: &MetaFla
 
 /// What a meta command did, as far as replies and the shadow care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(in crate::session) enum Outcome {
     /// mg found the item.
     Hit,
     Miss,

@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply::{self, MetaReturn, MetaTokens, MetaTtl};
-use memshift_protocol::memcache::{Exptime, StorageCommand};
+use memshift_protocol::memcache::Exptime;
 use memshift_protocol::resp::Frame;
 
 use super::{Kind, MetaOp, Outcome};
@@ -35,15 +35,16 @@ pub(super) fn render_miss(op: &MetaOp, out: &mut BytesMut) {
     }
 }
 
-pub(super) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
+pub(in crate::session) fn render_redis(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
     if let Frame::Error(_) = frame {
         return failed(out);
     }
     match op.kind {
         Kind::Debug => super::debug::render(op, frame, out),
         Kind::Get => render_get(op, frame, out),
-        Kind::Store(command) => render_store(op, command, frame, out),
-        Kind::Delete | Kind::DeleteCas | Kind::Invalidate => render_delete(op, frame, out),
+        Kind::Store(_) | Kind::Delete | Kind::DeleteCas | Kind::Invalidate => {
+            render_write(op, frame, out)
+        }
         Kind::Arith => render_arith(op, frame, out),
         Kind::Forwarded => failed(out),
     }
@@ -138,51 +139,56 @@ fn render_get(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
     }
 }
 
-/// `ms`: the store's outcome; `c` is the new CAS of a stored item.
-fn render_store(
-    op: &MetaOp,
-    command: StorageCommand,
-    frame: &Frame,
-    out: &mut BytesMut,
-) -> Outcome {
-    let (code, outcome): (&[u8], Outcome) = match translate::storage_outcome(command, frame) {
-        WriteOutcome::Stored => (b"HD", Outcome::Done),
-        WriteOutcome::NotStored => (b"NS", Outcome::NotStored),
-        WriteOutcome::Exists => (b"EX", Outcome::Exists),
-        WriteOutcome::NotFound => (b"NF", Outcome::NotFound),
-        _ => return failed(out),
+/// What an `ms` or `md` on Redis did, from its reply: `Done`, `NotStored`,
+/// `Exists` or `NotFound`; `None` for a reply that says nothing of the
+/// outcome (answered `SERVER_ERROR`), or another command.
+pub(in crate::session) fn write_outcome(op: &MetaOp, frame: &Frame) -> Option<Outcome> {
+    let outcome = match (op.kind, frame) {
+        (_, Frame::Error(_)) => return None,
+        (Kind::Store(command), _) => translate::storage_outcome(command, frame),
+        (Kind::Delete | Kind::DeleteCas | Kind::Invalidate, Frame::Integer(0)) => {
+            WriteOutcome::NotFound
+        }
+        (Kind::DeleteCas | Kind::Invalidate, Frame::Integer(1)) => WriteOutcome::Exists,
+        (Kind::Delete | Kind::DeleteCas | Kind::Invalidate, Frame::Integer(_)) => {
+            WriteOutcome::Deleted
+        }
+        _ => return None,
     };
-    if !(op.flags.quiet && outcome == Outcome::Done) {
-        let cas = if outcome == Outcome::Done {
-            op.new_cas
-        } else {
-            0
-        };
-        let ret = MetaReturn {
-            cas: Some(cas),
-            ..MetaReturn::default()
-        };
-        line(op, out, code, &ret);
+    match outcome {
+        WriteOutcome::Stored | WriteOutcome::Deleted => Some(Outcome::Done),
+        WriteOutcome::NotStored => Some(Outcome::NotStored),
+        WriteOutcome::Exists => Some(Outcome::Exists),
+        WriteOutcome::NotFound => Some(Outcome::NotFound),
+        _ => None,
     }
-    outcome
 }
 
-/// `md`: deleted (or invalidated), not found, or a CAS mismatch.
-fn render_delete(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
-    let outcome = match (op.kind, frame) {
-        (_, Frame::Integer(0)) => Outcome::NotFound,
-        (Kind::DeleteCas | Kind::Invalidate, Frame::Integer(1)) => Outcome::Exists,
-        (_, Frame::Integer(_)) => Outcome::Done,
-        _ => return failed(out),
+/// `ms` and `md`: `HD` (hidden under `q`), `NS`, `EX` or `NF`; `c` of
+/// `ms` is the new CAS of a stored item.
+fn render_write(op: &MetaOp, frame: &Frame, out: &mut BytesMut) -> Outcome {
+    let Some(outcome) = write_outcome(op, frame) else {
+        return failed(out);
     };
     let code: &[u8] = match outcome {
-        Outcome::NotFound => b"NF",
+        Outcome::Done => b"HD",
+        Outcome::NotStored => b"NS",
         Outcome::Exists => b"EX",
-        _ => b"HD",
+        _ => b"NF",
     };
-    if !(op.flags.quiet && outcome == Outcome::Done) {
-        line(op, out, code, &MetaReturn::default());
+    if op.flags.quiet && outcome == Outcome::Done {
+        return outcome;
     }
+    let cas = match (op.kind, outcome) {
+        (Kind::Store(_), Outcome::Done) => Some(op.new_cas),
+        (Kind::Store(_), _) => Some(0),
+        _ => None,
+    };
+    let ret = MetaReturn {
+        cas,
+        ..MetaReturn::default()
+    };
+    line(op, out, code, &ret);
     outcome
 }
 
