@@ -120,6 +120,24 @@ durations() {
     [ -n "${ADMIN_LISTEN:-}" ] || return 0
     curl -s "http://$ADMIN_LISTEN/metrics" | awk '/^memshift_request_duration_seconds_bucket\{command="get"/ {print}' >"$1"
 }
+# The near cache's counters (NEAR=1): hits misses coalesced invalidations.
+nc_stats() {
+    [ "${NEAR:-0}" = 1 ] || return 0
+    python3 - "$MP" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+st = dict(l.split(" ")[1:3] for l in buf.decode().splitlines() if l.startswith("STAT near_cache_"))
+print(" ".join(st.get("near_cache_" + k, "0") for k in ("hits", "misses", "coalesced", "invalidations")))
+PY
+}
+n0=$(nc_stats)
 s0=$(schedstat "$MS"); b0=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d0"
 cpuline() { awk -v c="cpu${PROXY_CPU%%,*}" '$1 == c {print $2 + $3, $4, $7 + $8, $5 + $6, $9}' /proc/stat; }
 c0=$(cpuline)
@@ -152,6 +170,15 @@ print("rate %s: %.0f ops/s p50 %.1f p90 %.1f p99 %.1f us, errors %d, memshift CP
 if r["errors"]["total"]:
     print("  errors:", json.dumps(r["errors"]))
 ' "$t0" "$t1" "$RATE" "$v0" "$v1"
+if [ "${NEAR:-0}" = 1 ]; then
+    n1=$(nc_stats)
+    python3 - "$n0" "$n1" <<'PY'
+import sys
+d = [int(b) - int(a) for a, b in zip(sys.argv[1].split(), sys.argv[2].split())]
+gets = max(d[0] + d[1], 1)
+print("  near cache: %d hits, %d misses (%.1f %% of its lookups), %d coalesced, %d key invalidations" % (d[0], d[1], 100.0 * d[1] / gets, d[2], d[3]))
+PY
+fi
 if [ "${SCHED:-0}" = 1 ]; then
     n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
     python3 - "$n" "$SYSTEM" "$s0" "$s1" "$b0" "$b1" "$c0" "$c1" <<'PY'
