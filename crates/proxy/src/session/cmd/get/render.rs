@@ -47,8 +47,9 @@ impl From<Hit> for Found {
 
 impl Session {
     pub(in crate::session::cmd) fn render_get(&mut self, mut r: Retrieval, results: &Results) {
-        let proxy = self.proxy.clone();
-        let routes = proxy.router.load();
+        // Not a clone of the `Arc<Proxy>`: its count is one line every
+        // worker thread writes (`docs/multicore.md`).
+        let routes = self.proxy.router.load();
         let as_misses = routes.redis().read_errors.as_misses;
         if let Some(why) = request_failure(&r, results, as_misses) {
             self.wbuf.extend_from_slice(why.reply_line());
@@ -103,7 +104,7 @@ impl Session {
         }
         self.wbuf.extend_from_slice(reply::END);
         if let Some((key, side, primary)) = compared {
-            crate::compare::spawn(proxy.clone(), key, side, primary);
+            crate::compare::spawn(self.proxy.clone(), key, side, primary);
         }
     }
 

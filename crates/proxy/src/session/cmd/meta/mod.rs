@@ -98,9 +98,8 @@ impl Session {
     }
 
     pub(in crate::session::cmd) fn render_meta(&mut self, op: MetaOp, results: &Results) {
-        let proxy = self.proxy.clone();
         if let Some(why) = ReadFailure::of(results.get(0)) {
-            if op.reads_as_miss() && proxy.router.load().redis().read_errors.as_misses {
+            if op.reads_as_miss() && self.proxy.router.load().redis().read_errors.as_misses {
                 return self.render_meta_failed_read(&op, why);
             }
         }
@@ -141,6 +140,7 @@ impl Session {
             }
         };
         // counters
+        let proxy = &self.proxy;
         let stats = &proxy.stats;
         if op.command == MetaCommand::Get {
             match outcome {
