@@ -7,8 +7,8 @@
 //! ~100 ns across sockets, worse as N grows), and the `metrics` recorder's
 //! counters cost two such writes (value and generation). Counted by reading
 //! the request path (`docs/multicore.md`): before this, a plain text `get`
-//! hit made 7 such writes to process-wide counters (`cmd_get`, `get_hits`,
-//! `bytes_read`, `bytes_written`, and two for each of
+//! hit made 8 such writes to 6 process-wide counters (`cmd_get`,
+//! `get_hits`, `bytes_read`, `bytes_written`, and two for each of
 //! `memshift_requests_total` and `memshift_get_hits_total`), a `set` 5, a
 //! RESP `GET` 4.
 //!
