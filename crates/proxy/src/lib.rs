@@ -18,6 +18,7 @@ pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod near_cache;
+pub mod per_thread;
 pub mod plan;
 pub mod proxy;
 pub mod read_errors;

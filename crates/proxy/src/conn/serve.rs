@@ -131,7 +131,7 @@ where
     }
     if total > 0 {
         io.state.last_input = Instant::now();
-        p.proxy().stats.bytes_read.fetch_add(total as u64, Relaxed);
+        p.proxy().stats.bytes_read.add(total as u64);
     }
     Ok(())
 }
@@ -250,7 +250,7 @@ where
             moved = transfer(stream, io.wbuf, io.rbuf, reading), if reading || !io.wbuf.is_empty() => match moved {
                 Transfer::Wrote(Ok(0)) => return Some(End::ClientClosed),
                 Transfer::Wrote(Ok(n)) => {
-                    p.proxy().stats.bytes_written.fetch_add(n as u64, Relaxed);
+                    p.proxy().stats.bytes_written.add(n as u64);
                     p.io().wbuf.advance(n);
                 }
                 Transfer::Read(Ok(0)) => {
@@ -263,7 +263,7 @@ where
                     }
                 }
                 Transfer::Read(Ok(n)) => {
-                    p.proxy().stats.bytes_read.fetch_add(n as u64, Relaxed);
+                    p.proxy().stats.bytes_read.add(n as u64);
                     let now = Instant::now();
                     p.io().state.last_input = now;
                     idle_deadline = idle.map(|d| now + d);

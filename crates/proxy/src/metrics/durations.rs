@@ -1,34 +1,26 @@
 //! `memshift_request_duration_seconds`, kept outside the recorder.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::families::{COMMANDS, DURATION_BUCKETS, FAMILIES, REQUEST_DURATION};
+use super::families::{help, COMMANDS, DURATION_BUCKETS, REQUEST_DURATION};
+use crate::per_thread::{slot, SLOTS};
 
 /// Request-duration histograms as plain atomic bucket counters, sharded by
 /// worker thread. The recorder's histograms queue every sample until an
 /// upkeep folds them into buckets: measured at ~6% of the proxy's CPU per
 /// request, and memory that grows between upkeeps. These cost one bucket
-/// search and two relaxed adds on a cache line no other thread writes.
+/// search and two relaxed adds on a cache line no other thread writes
+/// (one shard per [`crate::per_thread`] slot).
 pub(super) struct Durations {
     shards: Box<[DurationShard]>,
     pub(super) enabled: bool,
 }
-
-const DURATION_SHARDS: usize = 16;
 
 #[repr(align(128))]
 struct DurationShard {
     /// `[command][bucket]`; the last bucket is `+Inf`. Not cumulative.
     buckets: [[AtomicU64; DURATION_BUCKETS.len() + 1]; COMMANDS.len()],
     sum_nanos: [AtomicU64; COMMANDS.len()],
-}
-
-thread_local! {
-    /// This thread's shard, assigned round-robin on first use.
-    static DURATION_SHARD: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) % DURATION_SHARDS
-    };
 }
 
 impl std::fmt::Debug for Durations {
@@ -41,7 +33,7 @@ impl std::fmt::Debug for Durations {
 
 impl Durations {
     pub(super) fn new() -> Durations {
-        let shards = (0..DURATION_SHARDS)
+        let shards = (0..SLOTS)
             .map(|_| DurationShard {
                 buckets: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
                 sum_nanos: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -60,8 +52,7 @@ impl Durations {
         }
         // First bound not below the value: Prometheus' `le` semantics.
         let bucket = DURATION_BUCKETS.partition_point(|&le| le < seconds);
-        let shard = DURATION_SHARD.with(|s| *s);
-        let shard = &self.shards[shard % self.shards.len()];
+        let shard = &self.shards[slot() % self.shards.len()];
         shard.buckets[command][bucket].fetch_add(1, Ordering::Relaxed);
         shard.sum_nanos[command].fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
     }
@@ -69,11 +60,7 @@ impl Durations {
     /// Append the family in Prometheus text format (cumulative buckets).
     pub(super) fn render(&self, out: &mut String) {
         use std::fmt::Write;
-        let help = FAMILIES
-            .iter()
-            .find(|(name, _, _)| *name == REQUEST_DURATION)
-            .map_or("", |(_, _, help)| *help);
-        let _ = writeln!(out, "# HELP {REQUEST_DURATION} {help}");
+        let _ = writeln!(out, "# HELP {REQUEST_DURATION} {}", help(REQUEST_DURATION));
         let _ = writeln!(out, "# TYPE {REQUEST_DURATION} histogram");
         for (c, command) in COMMANDS.iter().enumerate() {
             let mut cumulative = 0u64;

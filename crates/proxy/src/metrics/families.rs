@@ -92,6 +92,14 @@ pub const SUBSCRIBERS: &str = "memshift_resp_subscriber_connections";
 pub const SUBSCRIBERS_REFUSED: &str = "memshift_resp_subscribers_refused_total";
 pub const SUBSCRIBERS_LOST: &str = "memshift_resp_subscriber_connections_lost_total";
 
+/// The HELP text of a family in [`FAMILIES`] ("" for another name).
+pub fn help(name: &str) -> &'static str {
+    FAMILIES
+        .iter()
+        .find(|(family, _, _)| *family == name)
+        .map_or("", |(_, _, help)| *help)
+}
+
 /// Every family `Metrics::new()` exposes: name, Prometheus type, HELP text.
 /// `memshift_backend_*` only get series once a shard is registered.
 pub const FAMILIES: [(&str, &str, &str); 31] = [

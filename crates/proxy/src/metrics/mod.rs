@@ -10,6 +10,8 @@
 //! * [`labels`]: the label types (the shadow crate's outcomes re-exported);
 //! * `registry`: registering series, the upkeep thread;
 //! * `durations`: the request-duration histograms;
+//! * `counts`: the request and get hit/miss counters (sharded by thread,
+//!   like the histograms);
 //! * [`shard`]: per-shard series.
 
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use metrics::{Counter, Gauge, KeyName, Recorder, SharedString};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 
+mod counts;
 mod durations;
 pub mod families;
 pub mod labels;
@@ -33,6 +36,7 @@ pub use labels::{Backend, CompareResult, ErrorKind, Protocol, ShadowResult, TlsR
 pub use primary::PrimaryMetrics;
 pub use shard::ShardMetrics;
 
+use counts::RequestCounts;
 use durations::Durations;
 use registry::{counter, gauge, spawn_upkeep};
 
@@ -50,13 +54,12 @@ impl ShardRegistry {
 #[derive(Debug)]
 pub struct Metrics {
     recorder: Arc<PrometheusRecorder>,
-    /// `[protocol][command]`
-    requests: [[Counter; COMMANDS.len()]; Protocol::ALL.len()],
+    /// `memshift_requests_total`, `memshift_get_{hits,misses}_total`: our
+    /// own counters, not the recorder's (see [`RequestCounts`]).
+    counts: RequestCounts,
     /// `memshift_request_duration_seconds`: our own buckets, not the
     /// recorder's (see [`Durations`]).
     durations: Durations,
-    get_hits: [Counter; Backend::ALL.len()],
-    get_misses: [Counter; Backend::ALL.len()],
     client_connections: Gauge,
     client_connections_total: Counter,
     /// `[transport]`
@@ -105,6 +108,9 @@ impl Metrics {
             .build_recorder();
         let r = &recorder;
         for (name, kind, help) in FAMILIES {
+            if counts::OWN_FAMILIES.contains(&name) {
+                continue; // rendered by `RequestCounts`
+            }
             let (name, help) = (KeyName::from(name), SharedString::from(help));
             match kind {
                 "gauge" => r.describe_gauge(name, None, help),
@@ -114,20 +120,9 @@ impl Metrics {
             }
         }
 
-        let by_backend = |name| Backend::ALL.map(|b| counter(r, name, &[("backend", b.label())]));
         let metrics = Metrics {
-            requests: Protocol::ALL.map(|p| {
-                COMMANDS.map(|c| {
-                    counter(
-                        r,
-                        REQUESTS_TOTAL,
-                        &[("protocol", p.as_str()), ("command", c)],
-                    )
-                })
-            }),
+            counts: RequestCounts::default(),
             durations: Durations::new(),
-            get_hits: by_backend(GET_HITS),
-            get_misses: by_backend(GET_MISSES),
             client_connections: gauge(r, CLIENT_CONNECTIONS, &[]),
             client_connections_total: counter(r, CLIENT_CONNECTIONS_TOTAL, &[]),
             transport_connections: Transport::ALL
@@ -178,16 +173,15 @@ impl Metrics {
     /// the dashboards go blank.
     pub fn without_request_metrics() -> Metrics {
         let mut m = Metrics::new();
-        m.requests = Protocol::ALL.map(|_| COMMANDS.map(|_| Counter::noop()));
+        m.counts.disabled = true;
         m.durations.enabled = false;
-        m.get_hits = Backend::ALL.map(|_| Counter::noop());
-        m.get_misses = Backend::ALL.map(|_| Counter::noop());
         m
     }
 
     /// The Prometheus text exposition (format 0.0.4) of every series.
     pub fn render(&self) -> String {
         let mut text = self.recorder.handle().render();
+        self.counts.render(&mut text);
         self.durations.render(&mut text);
         self.near_cache.render(&mut text);
         text
@@ -203,8 +197,8 @@ impl Metrics {
     /// after `seconds`. An out-of-range index is ignored rather than trusted.
     #[inline]
     pub fn request(&self, protocol: Protocol, command: usize, seconds: f64) {
-        if let Some(c) = self.requests[protocol as usize].get(command) {
-            c.increment(1);
+        if command < COMMANDS.len() {
+            self.counts.request(protocol, command);
             self.durations.record(command, seconds);
         }
     }
@@ -219,12 +213,12 @@ impl Metrics {
 
     #[inline]
     pub fn get_hit(&self, b: Backend) {
-        self.get_hits[b as usize].increment(1);
+        self.counts.get(b, true);
     }
 
     #[inline]
     pub fn get_miss(&self, b: Backend) {
-        self.get_misses[b as usize].increment(1);
+        self.counts.get(b, false);
     }
 
     /// Register (or, on reload, look up again) the series of one shard:

@@ -3,12 +3,16 @@
 //! Plain atomics, rendered into `/metrics` here and read by the `stats`
 //! lines (`near_cache_*`): one tally per event serves both, and the size
 //! gauges move by an integer add instead of the recorder's float CAS loop.
+//! The per-key tallies (hits, misses, coalesced reads) are sharded by worker
+//! thread ([`PerThreadCounter`]), as a get adds to one of them.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
+
+use crate::per_thread::PerThreadCounter;
 
 pub const NEAR_CACHE_HITS: &str = "memshift_near_cache_hits_total";
 pub const NEAR_CACHE_MISSES: &str = "memshift_near_cache_misses_total";
@@ -63,15 +67,15 @@ pub const NEAR_CACHE_FAMILIES: [(&str, &str, &str); 8] = [
 /// The near cache's tallies (all 0 while it is off).
 #[derive(Debug, Default)]
 pub struct NearCacheMetrics {
-    hits: AtomicU64,
-    misses: AtomicU64,
+    hits: PerThreadCounter,
+    misses: PerThreadCounter,
     admissions: AtomicU64,
     evictions: AtomicU64,
     /// `[key, all]`
     invalidations: [AtomicU64; 2],
     bytes: AtomicI64,
     entries: AtomicI64,
-    coalesced: AtomicU64,
+    coalesced: PerThreadCounter,
 }
 
 /// A snapshot, for `stats` and tests.
@@ -95,12 +99,12 @@ fn add(c: &AtomicU64) {
 impl NearCacheMetrics {
     #[inline]
     pub fn hit(&self) {
-        add(&self.hits);
+        self.hits.add(1);
     }
 
     #[inline]
     pub fn miss(&self) {
-        add(&self.misses);
+        self.misses.add(1);
     }
 
     pub fn admission(&self) {
@@ -109,7 +113,7 @@ impl NearCacheMetrics {
 
     /// `n` reads answered by joining another read.
     pub fn coalesced(&self, n: usize) {
-        self.coalesced.fetch_add(n as u64, Ordering::Relaxed);
+        self.coalesced.add(n as u64);
     }
 
     pub fn eviction(&self) {
@@ -138,15 +142,15 @@ impl NearCacheMetrics {
         // below 0 in total, but clamp rather than trust that.
         let size = |c: &AtomicI64| u64::try_from(c.load(Ordering::Relaxed)).unwrap_or(0);
         NearCacheCounts {
-            hits: get(&self.hits),
-            misses: get(&self.misses),
+            hits: self.hits.get(),
+            misses: self.misses.get(),
             admissions: get(&self.admissions),
             evictions: get(&self.evictions),
             key_invalidations: get(&self.invalidations[0]),
             shard_drops: get(&self.invalidations[1]),
             bytes: size(&self.bytes),
             entries: size(&self.entries),
-            coalesced: get(&self.coalesced),
+            coalesced: self.coalesced.get(),
         }
     }
 

@@ -469,3 +469,92 @@ fn near_cache_families_render_from_their_tallies() {
     assert!(stats.starts_with("STAT near_cache_hits 2\r\nSTAT near_cache_misses 1\r\n"));
     assert!(stats.contains("STAT near_cache_bytes 100\r\nSTAT near_cache_entries 1\r\n"));
 }
+
+#[test]
+fn families_rendered_outside_the_recorder_appear_once_with_their_help() {
+    let m = Metrics::new();
+    m.request(Protocol::Resp, command_index("get").unwrap(), 0.001);
+    m.get_hit(Backend::Memcached);
+    m.get_miss(Backend::Redis);
+    let text = m.render();
+    for (family, _, help) in FAMILIES {
+        let type_lines = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("# TYPE {family} ")))
+            .count();
+        let expected = usize::from(
+            !(family.starts_with("memshift_backend_")
+                || family == READ_ERRORS_AS_MISSES
+                || family == REPLICA_READS),
+        );
+        assert_eq!(type_lines, expected, "{family}");
+        if expected == 1 {
+            assert!(
+                text.contains(&format!("# HELP {family} {help}\n")),
+                "{family}"
+            );
+        }
+    }
+    let get = |series: &str| value(&text, series);
+    assert_eq!(
+        get("memshift_requests_total{protocol=\"resp\",command=\"get\"}"),
+        1.0
+    );
+    assert_eq!(
+        get("memshift_requests_total{protocol=\"text\",command=\"get\"}"),
+        0.0
+    );
+    assert_eq!(get("memshift_get_hits_total{backend=\"memcached\"}"), 1.0);
+    assert_eq!(get("memshift_get_hits_total{backend=\"redis\"}"), 0.0);
+    assert_eq!(get("memshift_get_misses_total{backend=\"redis\"}"), 1.0);
+}
+
+#[test]
+fn request_metrics_off_count_nothing_but_still_render() {
+    let m = Metrics::without_request_metrics();
+    m.request(Protocol::Text, 0, 0.001);
+    m.get_hit(Backend::Redis);
+    let text = m.render();
+    assert_eq!(
+        value(
+            &text,
+            "memshift_requests_total{protocol=\"text\",command=\"get\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(&text, "memshift_get_hits_total{backend=\"redis\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn request_counts_sum_over_threads() {
+    let m = std::sync::Arc::new(Metrics::new());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                for _ in 0..1000 {
+                    m.request(Protocol::Text, 0, 0.0001);
+                    m.get_hit(Backend::Redis);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let text = m.render();
+    assert_eq!(
+        value(
+            &text,
+            "memshift_requests_total{protocol=\"text\",command=\"get\"}"
+        ),
+        4000.0
+    );
+    assert_eq!(
+        value(&text, "memshift_get_hits_total{backend=\"redis\"}"),
+        4000.0
+    );
+}

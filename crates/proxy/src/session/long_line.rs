@@ -26,10 +26,7 @@ impl Session {
                 self.conn.refuse_input(&mut self.rbuf, why);
                 return;
             }
-            self.proxy
-                .stats
-                .bytes_read
-                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            self.proxy.stats.bytes_read.add(n as u64);
             // Completes the line, closes (no `\n` within memcached's
             // buffer), or leaves it stalled again.
             self.process_input();

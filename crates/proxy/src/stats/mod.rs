@@ -12,37 +12,41 @@ use memshift_protocol::memcache::reply;
 
 pub use prefix::{PrefixStats, MAX_PREFIXES};
 
-/// The counters memcached clients and dashboards read. Relaxed atomics: each
-/// is an independent tally.
+use crate::per_thread::PerThreadCounter;
+
+/// The counters memcached clients and dashboards read: each an independent
+/// tally, sharded by worker thread ([`PerThreadCounter`]: the request path
+/// writes no cache line another core writes). `curr_connections` moves both
+/// ways, once per connection, and stays one atomic.
 #[derive(Debug, Default)]
 pub struct Stats {
     pub curr_connections: AtomicU64,
-    pub total_connections: AtomicU64,
-    pub rejected_connections: AtomicU64,
-    pub cmd_get: AtomicU64,
-    pub cmd_set: AtomicU64,
-    pub cmd_flush: AtomicU64,
-    pub cmd_touch: AtomicU64,
-    pub get_hits: AtomicU64,
-    pub get_misses: AtomicU64,
-    pub get_expired: AtomicU64,
-    pub delete_hits: AtomicU64,
-    pub delete_misses: AtomicU64,
-    pub incr_hits: AtomicU64,
-    pub incr_misses: AtomicU64,
-    pub decr_hits: AtomicU64,
-    pub decr_misses: AtomicU64,
-    pub cas_hits: AtomicU64,
-    pub cas_misses: AtomicU64,
-    pub cas_badval: AtomicU64,
-    pub touch_hits: AtomicU64,
-    pub touch_misses: AtomicU64,
-    pub slow_consumers_closed: AtomicU64,
+    pub total_connections: PerThreadCounter,
+    pub rejected_connections: PerThreadCounter,
+    pub cmd_get: PerThreadCounter,
+    pub cmd_set: PerThreadCounter,
+    pub cmd_flush: PerThreadCounter,
+    pub cmd_touch: PerThreadCounter,
+    pub get_hits: PerThreadCounter,
+    pub get_misses: PerThreadCounter,
+    pub get_expired: PerThreadCounter,
+    pub delete_hits: PerThreadCounter,
+    pub delete_misses: PerThreadCounter,
+    pub incr_hits: PerThreadCounter,
+    pub incr_misses: PerThreadCounter,
+    pub decr_hits: PerThreadCounter,
+    pub decr_misses: PerThreadCounter,
+    pub cas_hits: PerThreadCounter,
+    pub cas_misses: PerThreadCounter,
+    pub cas_badval: PerThreadCounter,
+    pub touch_hits: PerThreadCounter,
+    pub touch_misses: PerThreadCounter,
+    pub slow_consumers_closed: PerThreadCounter,
     /// Keys of reads answered as misses because their shard failed
     /// (`redis.read_errors_as_misses`).
-    pub read_errors_as_misses: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub bytes_written: AtomicU64,
+    pub read_errors_as_misses: PerThreadCounter,
+    pub bytes_read: PerThreadCounter,
+    pub bytes_written: PerThreadCounter,
     /// Requests read but left unanswered at the drain deadline (not a
     /// `stats` line: for the drain's closing log line; the metric is
     /// `memshift_drain_dropped_total`).
@@ -56,8 +60,9 @@ pub struct Stats {
 }
 
 /// Add one.
-pub fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+#[inline]
+pub fn bump(counter: &PerThreadCounter) {
+    counter.add(1);
 }
 
 /// Static facts that `stats` reports next to the counters.
@@ -109,7 +114,7 @@ impl Stats {
             &self.bytes_read,
             &self.bytes_written,
         ] {
-            counter.store(0, Ordering::Relaxed);
+            counter.reset();
         }
         self.prefixes.clear();
     }
@@ -123,13 +128,17 @@ impl Stats {
         extra: impl FnOnce(&mut BytesMut),
     ) {
         let now = memshift_protocol::memcache::unix_now();
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let get = PerThreadCounter::get;
         reply::stat(out, "pid", std::process::id());
         reply::stat(out, "uptime", facts.started.elapsed().as_secs());
         reply::stat(out, "time", now);
         reply::stat(out, "version", facts.version);
         reply::stat(out, "pointer_size", usize::BITS);
-        reply::stat(out, "curr_connections", get(&self.curr_connections));
+        reply::stat(
+            out,
+            "curr_connections",
+            self.curr_connections.load(Ordering::Relaxed),
+        );
         reply::stat(out, "total_connections", get(&self.total_connections));
         reply::stat(out, "rejected_connections", get(&self.rejected_connections));
         reply::stat(out, "max_connections", facts.max_connections);
@@ -180,15 +189,15 @@ mod tests {
         bump(&stats.total_connections);
         bump(&stats.cmd_get);
         bump(&stats.get_hits);
-        stats.bytes_read.store(100, Ordering::Relaxed);
+        stats.bytes_read.add(100);
         stats.prefixes.set_enabled(true);
         stats.prefixes.record_set(b"a:1");
         stats.reset();
         assert_eq!(stats.curr_connections.load(Ordering::Relaxed), 3);
-        assert_eq!(stats.total_connections.load(Ordering::Relaxed), 0);
-        assert_eq!(stats.cmd_get.load(Ordering::Relaxed), 0);
-        assert_eq!(stats.get_hits.load(Ordering::Relaxed), 0);
-        assert_eq!(stats.bytes_read.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.total_connections.get(), 0);
+        assert_eq!(stats.cmd_get.get(), 0);
+        assert_eq!(stats.get_hits.get(), 0);
+        assert_eq!(stats.bytes_read.get(), 0);
         let mut out = BytesMut::new();
         stats.prefixes.dump(&mut out);
         assert_eq!(&out[..], b"END\r\n");

@@ -181,10 +181,10 @@ impl RespSession {
         InfoReply {
             sections,
             own: OwnStats {
-                connections: stats.total_connections.load(Ordering::Relaxed),
-                net_input: stats.bytes_read.load(Ordering::Relaxed),
-                net_output: stats.bytes_written.load(Ordering::Relaxed),
-                rejected: stats.rejected_connections.load(Ordering::Relaxed),
+                connections: stats.total_connections.get(),
+                net_input: stats.bytes_read.get(),
+                net_output: stats.bytes_written.get(),
+                rejected: stats.rejected_connections.get(),
             },
         }
     }

@@ -13,7 +13,7 @@ use super::shadow::Change;
 use crate::redis::translate::{self, ArithOutcome, WriteOutcome};
 use crate::redis::{BackendError, Reply};
 use crate::router::{Backend, Route};
-use crate::stats::bump;
+use crate::stats::{bump, Stats};
 
 /// A write of `kind` sent on `route`; `flags`, `exptime` and `data` are
 /// what the shadow gets if the primary stores or touches the item.
@@ -45,8 +45,6 @@ pub(super) fn single_key_write(
 
 impl Session {
     pub(super) fn render_write(&mut self, mut w: Write, results: &Results) {
-        let proxy = self.proxy.clone();
-        let stats = &proxy.stats;
         let result = results.get(0);
         let outcome = match (w.side, result) {
             (_, Some(Err(e))) => Outcome::Error(e.reply_line()),
@@ -60,32 +58,7 @@ impl Session {
             let stored = matches!(outcome, Outcome::Known(WriteOutcome::Stored));
             self.near_settle(through, stored);
         }
-        // memcached's counters.
-        match (w.kind, &outcome) {
-            (WriteKind::Storage(StorageCommand::Cas), Outcome::Known(o)) => match o {
-                WriteOutcome::Stored => bump(&stats.cas_hits),
-                WriteOutcome::Exists => bump(&stats.cas_badval),
-                WriteOutcome::NotFound => bump(&stats.cas_misses),
-                _ => {}
-            },
-            (WriteKind::Arith(c), Outcome::Number(_) | Outcome::Known(WriteOutcome::NotFound)) => {
-                let hit = matches!(outcome, Outcome::Number(_));
-                let counter = match (c, hit) {
-                    (ArithCommand::Incr, true) => &stats.incr_hits,
-                    (ArithCommand::Incr, false) => &stats.incr_misses,
-                    (ArithCommand::Decr, true) => &stats.decr_hits,
-                    (ArithCommand::Decr, false) => &stats.decr_misses,
-                };
-                bump(counter);
-            }
-            (WriteKind::Delete, Outcome::Known(WriteOutcome::Deleted)) => bump(&stats.delete_hits),
-            (WriteKind::Delete, Outcome::Known(WriteOutcome::NotFound)) => {
-                bump(&stats.delete_misses)
-            }
-            (WriteKind::Touch, Outcome::Known(WriteOutcome::Touched)) => bump(&stats.touch_hits),
-            (WriteKind::Touch, Outcome::Known(WriteOutcome::NotFound)) => bump(&stats.touch_misses),
-            _ => {}
-        }
+        count_write(&self.proxy.stats, w.kind, &outcome);
         if let Some(plan) = w.shadow {
             let ShadowPlan {
                 side,
@@ -107,6 +80,33 @@ impl Session {
             }
             Outcome::Error(line) | Outcome::Unchanged(line) => self.wbuf.extend_from_slice(line),
         }
+    }
+}
+
+/// memcached's `stats` counters of a write, by its outcome.
+fn count_write(stats: &Stats, kind: WriteKind, outcome: &Outcome) {
+    match (kind, outcome) {
+        (WriteKind::Storage(StorageCommand::Cas), Outcome::Known(o)) => match o {
+            WriteOutcome::Stored => bump(&stats.cas_hits),
+            WriteOutcome::Exists => bump(&stats.cas_badval),
+            WriteOutcome::NotFound => bump(&stats.cas_misses),
+            _ => {}
+        },
+        (WriteKind::Arith(c), Outcome::Number(_) | Outcome::Known(WriteOutcome::NotFound)) => {
+            let hit = matches!(outcome, Outcome::Number(_));
+            let counter = match (c, hit) {
+                (ArithCommand::Incr, true) => &stats.incr_hits,
+                (ArithCommand::Incr, false) => &stats.incr_misses,
+                (ArithCommand::Decr, true) => &stats.decr_hits,
+                (ArithCommand::Decr, false) => &stats.decr_misses,
+            };
+            bump(counter);
+        }
+        (WriteKind::Delete, Outcome::Known(WriteOutcome::Deleted)) => bump(&stats.delete_hits),
+        (WriteKind::Delete, Outcome::Known(WriteOutcome::NotFound)) => bump(&stats.delete_misses),
+        (WriteKind::Touch, Outcome::Known(WriteOutcome::Touched)) => bump(&stats.touch_hits),
+        (WriteKind::Touch, Outcome::Known(WriteOutcome::NotFound)) => bump(&stats.touch_misses),
+        _ => {}
     }
 }
 

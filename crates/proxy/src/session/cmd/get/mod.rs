@@ -15,8 +15,6 @@ mod backfill;
 mod multi;
 mod render;
 
-use std::sync::atomic::Ordering;
-
 use bytes::Bytes;
 use memshift_protocol::memcache::client;
 use memshift_protocol::memcache::{Keys, RetrievalCommand};
@@ -59,13 +57,9 @@ impl Session {
         keys: Keys<Bytes>,
     ) {
         let stats = &self.proxy.stats;
-        stats
-            .cmd_get
-            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        stats.cmd_get.add(keys.len() as u64);
         if matches!(command, RetrievalCommand::Gat | RetrievalCommand::Gats) {
-            stats
-                .cmd_touch
-                .fetch_add(keys.len() as u64, Ordering::Relaxed);
+            stats.cmd_touch.add(keys.len() as u64);
         }
         let (op, parts) = self.send_get(routes, command, exptime, keys, tag.seq);
         self.push_waiting(op, parts, tag.deadline);

@@ -52,8 +52,9 @@ impl Session {
         results: &Results,
         sink: &mut S,
     ) {
-        let proxy = self.proxy.clone();
-        let routes = proxy.router.load();
+        // Not a clone of the `Arc<Proxy>`: its count is one line every
+        // worker thread writes (`docs/multicore.md`).
+        let routes = self.proxy.router.load();
         let as_misses = routes.redis().read_errors.as_misses;
         if let Some(why) = request_failure(&r, results, as_misses) {
             let line = why.reply_line();
@@ -109,7 +110,7 @@ impl Session {
         }
         sink.end_items(&mut self.wbuf);
         if let Some((key, side, primary)) = compared {
-            crate::compare::spawn(proxy.clone(), key, side, primary);
+            crate::compare::spawn(self.proxy.clone(), key, side, primary);
         }
     }
 

@@ -104,9 +104,8 @@ impl Session {
         results: &Results,
         sink: &mut S,
     ) {
-        let proxy = self.proxy.clone();
         if let Some(why) = ReadFailure::of(results.get(0)) {
-            if op.reads_as_miss() && proxy.router.load().redis().read_errors.as_misses {
+            if op.reads_as_miss() && self.proxy.router.load().redis().read_errors.as_misses {
                 return self.render_meta_failed_read(&op, why, sink);
             }
         }
@@ -152,6 +151,7 @@ impl Session {
             }
         };
         // counters
+        let proxy = &self.proxy;
         let stats = &proxy.stats;
         if op.command == MetaCommand::Get {
             match outcome {
