@@ -25,7 +25,8 @@
 # memcached's). NEAR=1 turns memshift's near cache on (admit_reads = 1,
 # max_ttl_ms = 10000, as compare.sh). LOAD_ARGS adds flags to the measured
 # run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99"; RATIO (default
-# 90:10) the get:set mix.
+# 90:10) the get:set mix. UNIX=1 also has memshift listen on a unix socket
+# and runs the measured load there (warm-up and prefill stay on TCP).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -81,11 +82,12 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
     list+="${list:+, }\"127.0.0.1:$(( base + i ))\""
 done
 MP=$(( base + SHARDS ))
+[ "${UNIX:-0}" = 1 ] && UNIX_LISTEN=", \"unix:$W/m.sock\""
 ADMIN_LISTEN=
 [ "${SCHED:-0}" = 1 ] && ADMIN_LISTEN="127.0.0.1:$(( base + SHARDS + 1 ))"
 cat >"$W/m.toml" <<T
 [server]
-listen = "127.0.0.1:$MP"
+listen = ["127.0.0.1:$MP"${UNIX_LISTEN:-}]
 threads = $THREADS
 [log]
 level = "warn"
@@ -155,7 +157,9 @@ elif [ "${PERF:-0}" = 1 ]; then
 fi
 mode=(--rate "$RATE")
 [ "$RATE" = 0 ] && mode=(--pipeline "$PIPELINE")
-out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
+MA=$A
+[ "${UNIX:-0}" = 1 ] && MA=unix:$W/m.sock
+out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$MA" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
     --duration "$DUR" "${mode[@]}" ${LOAD_ARGS:-} --json)
 t1=$(ticks); v1=$(parks)
 s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)

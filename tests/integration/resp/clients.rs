@@ -129,6 +129,11 @@ fn redis_py_workload_with_near_cache_matches_plain_redis() {
         "",
         "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 1\n",
     );
+    // Nothing of a shard is cached before its invalidation connection is
+    // up (on a busy machine that can take longer than the workload).
+    for shard in &cluster.shards {
+        shard.wait_tracking_clients(1);
+    }
     redis_py_matches_plain_redis(&cluster);
     let hits =
         memshift_tests::ops_support::metric(cluster.admin_port, "memshift_near_cache_hits_total");

@@ -43,7 +43,9 @@
 //!   hide a foreign write right after ours. On STORED the key's bucket is
 //!   bumped (dropping older copies on every thread) and this thread caches
 //!   the item at the bump, if nothing moved the bucket since the set was
-//!   dispatched; any other outcome just bumps. A session sends one only
+//!   dispatched; any other outcome just bumps. Dispatching it bumps
+//!   nothing: other clients' reads while it is in flight are concurrent
+//!   with it and may get the older copy. A session sends one only
 //!   with nothing else in flight and waits for its reply before
 //!   dispatching more, since it does not travel on the session's data
 //!   connection.
@@ -176,7 +178,8 @@ impl NearCache {
     }
 
     /// A write-through `set` of the key with `hash`, dispatched at epoch
-    /// `ticket_epoch` (after its own bump), was stored and leaves the item
+    /// `ticket_epoch` (not bumped: older copies stay served while it is in
+    /// flight), was stored and leaves the item
     /// with `fingerprint`: drop every older copy of the key on every thread
     /// (bump), and return the epoch to fill at, or `None` if something else
     /// was invalidated since the set was dispatched (then nothing fills).

@@ -190,9 +190,10 @@ pub fn fill(near: &NearCache, ticket: Ticket, key: &[u8], hit: &Hit, pttl: i64, 
 
 /// A plain `set` this proxy sends on the shard's invalidation connection
 /// (write-through): if Redis stores it, this thread caches the item it
-/// wrote. Made when the set is dispatched, after bumping the key's epoch
-/// (like any write); settled when its reply is rendered: [`Through::stored`]
-/// bumps again and fills at that bump only if nothing else moved the epoch
+/// wrote. Made when the set is dispatched, at the key's current epoch
+/// (older copies stay served while it is in flight, see
+/// [`write_through`]); settled when its reply is rendered: [`Through::stored`]
+/// bumps and fills at that bump only if nothing else moved the epoch
 /// meanwhile; any other outcome (or dropping it unsettled: the client went
 /// away, a timeout) just bumps, so a set whose outcome is unknown leaves no
 /// entry and no older copy.
@@ -223,7 +224,14 @@ pub fn write_through(
     let hash = super::hash(&key);
     // Generation first, as in `lookup`: a resume after it refuses the fill.
     let generation = tracking.current()?;
-    let epoch = near.bump(hash);
+    // No bump at dispatch, unlike other writes: the session sending it
+    // dispatches nothing until its reply, so only other clients' reads can
+    // run meanwhile, and those are concurrent with the set: the previous
+    // item is a right answer until Redis acknowledges it. Dropping it here
+    // sent every read of a hot key to Redis (and to coalescing waits) for
+    // the whole flight of each of its sets (BENCHMARKS.md, "Near cache:
+    // where the tail comes from"). The reply's bump drops it.
+    let epoch = near.epoch(hash);
     Some(Through {
         ticket: Some(Ticket {
             tracking: tracking.clone(),
