@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::codec::{Codec, Connector, Delivery, Event, Request};
 use crate::error::{BackendError, Broken, ConnectError};
+use crate::queue::{self, Refused};
 
 /// Largest batch pulled from the queue before writing.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
@@ -44,7 +44,7 @@ pub struct Settings {
 /// The sending side of one pipelined connection; the connection task runs
 /// until every `Pipeline` for it is dropped.
 pub struct Pipeline<C: Codec> {
-    tx: mpsc::Sender<Request<C>>,
+    tx: queue::Sender<C>,
     up: Arc<AtomicBool>,
 }
 
@@ -64,7 +64,7 @@ impl<C: Codec> Pipeline<C> {
     where
         K: Connector<Codec = C>,
     {
-        let (tx, rx) = mpsc::channel(queue_depth.max(1));
+        let (tx, rx) = queue::channel(queue_depth);
         let up = Arc::new(AtomicBool::new(false));
         tokio::spawn(run(connector, settings, rx, up.clone()));
         Pipeline { tx, up }
@@ -77,8 +77,8 @@ impl<C: Codec> Pipeline<C> {
             return Ok(());
         };
         let (req, err) = match e {
-            mpsc::error::TrySendError::Full(r) => (r, BackendError::Busy),
-            mpsc::error::TrySendError::Closed(r) => (r, BackendError::Unavailable),
+            Refused::Full(r) => (r, BackendError::Busy),
+            Refused::Closed(r) => (r, BackendError::Unavailable),
         };
         C::fail(req.caller, err);
         Err(err)
@@ -119,7 +119,7 @@ struct Slot<C: Codec> {
 async fn run<K: Connector>(
     connector: K,
     settings: Settings,
-    mut rx: mpsc::Receiver<Request<K::Codec>>,
+    mut rx: queue::Receiver<K::Codec>,
     up: Arc<AtomicBool>,
 ) {
     let mut backoff = BACKOFF_MIN;
@@ -225,7 +225,7 @@ impl<C: Codec> Connection<C> {
         &mut self,
         mut rd: R,
         mut wr: W,
-        rx: &mut mpsc::Receiver<Request<C>>,
+        rx: &mut queue::Receiver<C>,
         moved: impl std::future::Future<Output = ()>,
     ) -> Result<(), Broken>
     where
@@ -309,8 +309,8 @@ impl<C: Codec> Connection<C> {
                     }
                     while wbuf.len() < MAX_BATCH_BYTES {
                         match rx.try_recv() {
-                            Ok(req) => self.push(&mut wbuf, req, now),
-                            Err(_) => break,
+                            Some(req) => self.push(&mut wbuf, req, now),
+                            None => break,
                         }
                     }
                 }

@@ -27,13 +27,20 @@
 //!   with a server that stops reading until we read. Both designs cost a
 //!   client request the same two hand-offs (session → connection task →
 //!   session).
-//! * Adaptive coalescing: a request that finds nothing in flight on its
-//!   connection is written at once; one that finds replies outstanding makes
-//!   the task `yield_now` before it drains the queue, so the other sessions
+//! * Adaptive coalescing: a request that finds the connection busy (replies
+//!   outstanding, or the previous request less than 1 ms ago) makes the
+//!   task `yield_now` before it drains the queue, so the other sessions
 //!   ready in that scheduler pass join the same write (the cross-session
-//!   batching the Redis side measured at 1.77x for unpipelined clients).
-//!   The unconditional yield cost every request at low load a scheduler
-//!   pass and an extra `epoll_wait` (BENCHMARKS.md, "Issue 14").
+//!   batching the Redis side measured at 1.77x for unpipelined clients); a
+//!   lone request on an idle connection is written at once. The
+//!   unconditional yield cost every request at low load a scheduler pass
+//!   and an extra `epoll_wait` (docs/benchmarks-history.md, "Issue 14");
+//!   yielding only with replies outstanding batched less under a closed
+//!   loop, where a fast Redis has often answered everything when the next
+//!   request comes (BENCHMARKS.md, "Engine: when to wait for company").
+//! * The request queue is an unbounded channel with a counter for its
+//!   depth bound ([`queue`]): tokio's bounded channel locks a mutex on
+//!   every receive.
 //! * A connection that served for a while and then broke (idle drop,
 //!   restart) is retried at once; a flapping one waits the backoff.
 //! * A backend that moves (a Redis Sentinel failover: [`Connector::moved`])
@@ -44,6 +51,7 @@
 mod codec;
 mod engine;
 mod error;
+mod queue;
 pub mod transport;
 
 pub use codec::{Codec, Connector, Delivery, Event, Request};
