@@ -80,3 +80,74 @@ impl<C: Codec> Receiver<C> {
         req
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+
+    use super::*;
+    use crate::codec::Delivery;
+    use crate::error::{BackendError, DecodeError};
+
+    struct Nothing;
+
+    impl Codec for Nothing {
+        type Expect = ();
+        type Caller = u32;
+        type Reply = ();
+
+        fn decode(&mut self, _: &mut BytesMut, (): ()) -> Result<Option<()>, DecodeError> {
+            Ok(None)
+        }
+
+        fn deliver(&mut self, _: u32, (): ()) -> Delivery<u32> {
+            Delivery::Done
+        }
+
+        fn fail(_: u32, _: BackendError) {}
+
+        fn resend_preamble(&mut self, _: &mut BytesMut) -> (usize, ()) {
+            (0, ())
+        }
+    }
+
+    fn request(caller: u32) -> Request<Nothing> {
+        Request {
+            bytes: Bytes::new(),
+            expect: (),
+            caller,
+        }
+    }
+
+    #[test]
+    fn a_full_queue_refuses_until_the_task_takes_one() {
+        let (tx, mut rx) = channel::<Nothing>(2);
+        assert!(tx.try_send(request(1)).is_ok());
+        assert!(tx.try_send(request(2)).is_ok());
+        assert!(matches!(tx.try_send(request(3)), Err(Refused::Full(r)) if r.caller == 3));
+        assert_eq!(rx.try_recv().map(|r| r.caller), Some(1));
+        assert!(tx.try_send(request(4)).is_ok());
+        assert!(matches!(tx.try_send(request(5)), Err(Refused::Full(_))));
+        assert_eq!(rx.try_recv().map(|r| r.caller), Some(2));
+        assert_eq!(rx.try_recv().map(|r| r.caller), Some(4));
+        assert!(rx.try_recv().is_none());
+    }
+
+    #[test]
+    fn a_stopped_task_refuses_as_closed_and_frees_its_count() {
+        let (tx, rx) = channel::<Nothing>(1);
+        drop(rx);
+        assert!(matches!(tx.try_send(request(1)), Err(Refused::Closed(r)) if r.caller == 1));
+        // Not counted as queued: the refusal is Closed again, not Full.
+        assert!(matches!(tx.try_send(request(2)), Err(Refused::Closed(_))));
+    }
+
+    #[tokio::test]
+    async fn recv_ends_once_every_sender_is_gone() {
+        let (tx, mut rx) = channel::<Nothing>(4);
+        assert!(tx.try_send(request(7)).is_ok());
+        drop(tx);
+        assert_eq!(rx.recv().await.map(|r| r.caller), Some(7));
+        assert!(rx.recv().await.is_none());
+    }
+}
