@@ -957,23 +957,11 @@ PROTO[memshiftnc]=memcache
 SUT_PIDS_memshiftnc="$PID_memshiftnc ${SHARD_PIDS[*]}"
 # near_cache_stats ROUND: the near cache's `stats` lines as one JSON line.
 near_cache_stats() {
-    python3 - "$MSNC_PORT" "$1" <<'PY' >>"$RESULTS"
-import json, socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
-s.sendall(b"stats\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-stats = {}
-for line in buf.decode().splitlines():
-    parts = line.split(" ")
-    if len(parts) == 3 and parts[1].startswith("near_cache_"):
-        stats[parts[1]] = int(parts[2])
-print(json.dumps({"system": "memshiftnc", "scenario": "zipf-nc-stats", "round": int(sys.argv[2]), "report": stats}))
-PY
+    near_cache_stats_lines "$MSNC_PORT" | python3 -c '
+import json, sys
+stats = {"near_cache_" + name: int(n) for name, n in (l.split() for l in sys.stdin)}
+print(json.dumps({"system": "memshiftnc", "scenario": "zipf-nc-stats", "round": int(sys.argv[1]), "report": stats}))
+' "$1" >>"$RESULTS"
 }
 zipf_shape=(--conns "$CONNS" --ratio "$RATIO" --keys "$KEYS" --value-size "$VALUE" --dist zipf:0.99 --pipeline 1)
 NC_WARM=${NC_WARM:-$DUR}

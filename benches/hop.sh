@@ -125,19 +125,7 @@ durations() {
 # The near cache's counters (NEAR=1): hits misses coalesced invalidations.
 nc_stats() {
     [ "${NEAR:-0}" = 1 ] || return 0
-    python3 - "$MP" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
-s.sendall(b"stats\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-st = dict(l.split(" ")[1:3] for l in buf.decode().splitlines() if l.startswith("STAT near_cache_"))
-print(" ".join(st.get("near_cache_" + k, "0") for k in ("hits", "misses", "coalesced", "invalidations")))
-PY
+    near_cache_stats_lines "$MP" | awk '{v[$1] = $2} END {printf "%d %d %d %d\n", v["hits"], v["misses"], v["coalesced"], v["invalidations"]}'
 }
 n0=$(nc_stats)
 s0=$(schedstat "$MS"); b0=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d0"

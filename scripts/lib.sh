@@ -56,6 +56,26 @@ wait_for_port() {
     return 1
 }
 
+# near_cache_stats_lines PORT: the `STAT near_cache_<name> <n>` lines of the
+# memcached-protocol server on 127.0.0.1:PORT, as "<name> <n>" lines.
+near_cache_stats_lines() {
+    python3 - "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+for line in buf.decode().splitlines():
+    parts = line.split(" ")
+    if len(parts) == 3 and parts[1].startswith("near_cache_"):
+        print(parts[1][len("near_cache_"):], parts[2])
+PY
+}
+
 # Writes twemproxy's (nutcracker's) benchmark config to FILE: listen on
 # LISTEN_PORT, one connection to the one memcached on MEMCACHED_PORT, the
 # setup benches/compare.sh and benches/hop.sh both compare memshift with.
