@@ -5,8 +5,9 @@
 # requests/s over 50 connections for DUR seconds (default 5). Prints the
 # latency, memshift's own CPU per request (/proc/<pid>/stat utime + stime),
 # with STRACE=1 a `strace -c -f` of memshift during the run (syscalls per
-# request; it slows memshift a lot), with PERF=1 `perf stat` syscall and
-# context-switch counts per request. The profile behind docs/benchmarks-history.md
+# request; it slows memshift a lot), with PERF=1 `perf stat` syscall
+# (futex and write: tokio's cross-thread wake-ups), context-switch and
+# migration counts per request. The profile behind docs/benchmarks-history.md
 # "Issue 14".
 # Knobs: SHARDS (default 3) Redis shards; BACKEND_CPU (default 1, the proxy's
 # core) for the redis-servers; PROXY_CPU (default 1) for memshift, a list
@@ -138,9 +139,12 @@ if [ "${STRACE:-0}" = 1 ]; then
 elif [ "${PERF:-0}" = 1 ]; then
     # epoll_wait with timeout 0: the worker polling the I/O driver without
     # parking (tokio's yield_now defers a task until such a poll).
-    perf stat -e raw_syscalls:sys_enter,context-switches,task-clock \
+    # futex and eventfd writes (tokio's cross-thread wake-ups), and
+    # migrations: what THREADS > 1 shares between worker threads.
+    perf stat -e raw_syscalls:sys_enter,context-switches,cpu-migrations,task-clock \
         -e syscalls:sys_enter_epoll_wait -e syscalls:sys_enter_epoll_wait --filter 'timeout == 0' \
-        -e syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom -p "$MS" -o "$W/perf.txt" &
+        -e syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,syscalls:sys_enter_futex,syscalls:sys_enter_write \
+        -p "$MS" -o "$W/perf.txt" &
     SP=$!; sleep 0.5
 fi
 mode=(--rate "$RATE")
@@ -206,7 +210,7 @@ PY
 elif [ "${PERF:-0}" = 1 ]; then
     n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
     # The second epoll_wait line is the filtered one (timeout 0).
-    awk -v n="$n" '$2 ~ /raw_syscalls|context-switches|sys_enter_/ {
+    awk -v n="$n" '$2 ~ /raw_syscalls|context-switches|cpu-migrations|sys_enter_/ {
         gsub(",", "", $1); name = $2; sub("syscalls:sys_enter_", "", name)
         if (name == "epoll_wait" && seen++) name = "epoll_wait(timeout 0)"
         printf "  %-28s %7.3f per request\n", name, $1 / n}' "$W/perf.txt"

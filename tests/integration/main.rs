@@ -38,3 +38,4 @@ mod shard_down;
 mod shard_down_misses;
 mod tls;
 mod unix;
+mod workers;

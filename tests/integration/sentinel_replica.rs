@@ -57,10 +57,14 @@ fn setup(near: &str) -> Option<Setup> {
         config,
     };
     // The replica is chosen with Sentinel's periodic re-ask (every second).
+    // A new key each time: with the near cache on, a key read before (or
+    // set through memshift) is served from the cache, never the replica.
     let mut c = s.memshift.client();
     c.set("probe", b"x").expect("set probe");
+    let mut probe = 0u32;
     let chosen = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
-        let _ = c.get("probe");
+        probe += 1;
+        let _ = c.get(&format!("probe-{probe}"));
         (metric(s.admin, REPLICAS_SEEN) > 0.0).then_some(())
     });
     assert!(chosen.is_some(), "no read went to a replica within 20 s");

@@ -81,6 +81,26 @@ pub enum Stream {
     Unix(UnixStream),
 }
 
+/// A connected, non-blocking socket not yet registered with any runtime's
+/// I/O driver: the proxy's listeners accept these and the worker thread
+/// that serves one [`attach`](Detached::attach)es it to its own runtime.
+#[derive(Debug)]
+pub enum Detached {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Detached {
+    /// Register with the current runtime's I/O driver (call it on the
+    /// runtime that will poll the stream).
+    pub fn attach(self) -> io::Result<Stream> {
+        match self {
+            Detached::Tcp(s) => TcpStream::from_std(s).map(Stream::Tcp),
+            Detached::Unix(s) => UnixStream::from_std(s).map(Stream::Unix),
+        }
+    }
+}
+
 /// The read half of a split [`Stream`].
 #[derive(Debug)]
 pub enum ReadHalf {
@@ -187,6 +207,34 @@ delegate_write!(WriteHalf);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Accepted without a runtime, attached on one: it carries bytes both
+    /// ways.
+    #[test]
+    fn an_attached_stream_reads_and_writes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut peer =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        accepted.set_nonblocking(true).expect("non-blocking");
+        let detached = Detached::Tcp(accepted);
+        std::io::Write::write_all(&mut peer, b"ping").expect("write");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let mut stream = detached.attach().expect("attach");
+            let mut buf = [0u8; 4];
+            stream.read_exact(&mut buf).await.expect("read");
+            assert_eq!(&buf, b"ping");
+            stream.write_all(b"pong").await.expect("write");
+        });
+        let mut buf = [0u8; 4];
+        std::io::Read::read_exact(&mut peer, &mut buf).expect("read");
+        assert_eq!(&buf, b"pong");
+    }
 
     #[test]
     fn unix_prefix_makes_a_path_anything_else_is_host_port() {

@@ -33,3 +33,4 @@ pub mod session;
 pub mod stats;
 pub mod tls;
 pub mod trim;
+pub mod workers;

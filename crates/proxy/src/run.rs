@@ -24,11 +24,25 @@ pub fn run(config_path: &Path) -> Result<(), ProxyError> {
     init_logging(&config);
     crate::fd_limit::raise_for(config.server.max_connections);
     let threads = config.server.worker_threads();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    let workers = match threads {
+        1 => None,
+        _ => Some(crate::workers::start(threads)?),
+    };
+    // With one worker the main thread's runtime is the worker.
+    tracing::info!(
+        threads,
+        worker_pool = workers.is_some(),
+        "one current-thread runtime per worker thread"
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(config_path.to_path_buf(), config, threads))
+    let served = runtime.block_on(serve(config_path.to_path_buf(), config, threads));
+    drop(runtime);
+    if let Some(workers) = workers {
+        workers.stop();
+    }
+    served
 }
 
 fn init_logging(config: &Config) {

@@ -168,3 +168,9 @@ fn differential_fixed_script() {
 fn differential_fixed_script_near_cache() {
     super::runner::run_script_with("differential_fixed_script_near_cache", FIXED_SCRIPT, true);
 }
+
+/// The same script against memshift with one worker thread.
+#[test]
+fn differential_fixed_script_one_worker() {
+    super::runner::run_script_one_worker("differential_fixed_script_one_worker", FIXED_SCRIPT);
+}

@@ -230,3 +230,9 @@ fn differential_meta_script() {
 fn differential_meta_script_near_cache() {
     super::runner::run_script_with("differential_meta_script_near_cache", META_SCRIPT, true);
 }
+
+/// The same script against memshift with one worker thread.
+#[test]
+fn differential_meta_script_one_worker() {
+    super::runner::run_script_one_worker("differential_meta_script_one_worker", META_SCRIPT);
+}

@@ -123,10 +123,29 @@ pub(super) fn start_sides_over_unix_socket(test: &str) -> Option<(Memcached, Tar
     start_standalone(test, false, true)
 }
 
+/// The reference, and memshift with one worker thread (`threads = 1`:
+/// tokio's current-thread scheduler, which CI's two cores would otherwise
+/// never run; the benchmarks run memshift that way).
+pub(super) fn start_sides_one_worker(test: &str) -> Option<(Memcached, Target)> {
+    start_standalone_with(test, false, false, ONE_WORKER)
+}
+
+/// `[server]` lines of the one-worker variants.
+pub(super) const ONE_WORKER: &str = "threads = 1\n";
+
 fn start_standalone(
     test: &str,
     near_cache: bool,
     unix_listen: bool,
+) -> Option<(Memcached, Target)> {
+    start_standalone_with(test, near_cache, unix_listen, "")
+}
+
+fn start_standalone_with(
+    test: &str,
+    near_cache: bool,
+    unix_listen: bool,
+    server_extra: &str,
 ) -> Option<(Memcached, Target)> {
     let tools: &[&str] = if self_check() {
         &["memcached"]
@@ -141,7 +160,7 @@ fn start_standalone(
         Target::Memcached(Memcached::start_with_args(&REFERENCE_ARGS))
     } else {
         let opts = ClusterOptions {
-            server_extra: format!("max_item_size = {MAX_ITEM}\n"),
+            server_extra: format!("max_item_size = {MAX_ITEM}\n{server_extra}"),
             // Generous: on a loaded CI box a slow Redis reply must not turn
             // into a SERVER_ERROR that memcached would never send.
             timeout_ms: 2000,
@@ -370,6 +389,15 @@ pub(super) fn run_script_with<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)], 
     run_script_on(test, script, false, near_cache)
 }
 
+/// [`run_script`] against memshift with one worker thread
+/// ([`start_sides_one_worker`]).
+pub(super) fn run_script_one_worker<B: AsRef<[u8]>>(test: &str, script: &[(&str, B)]) {
+    let Some((reference, target)) = start_sides_one_worker(test) else {
+        return;
+    };
+    compare_script(&reference, &target, script, false);
+}
+
 /// [`run_script`], memshift on a Redis Cluster when `redis_cluster`.
 pub(crate) fn run_script_on<B: AsRef<[u8]>>(
     test: &str,
@@ -380,6 +408,15 @@ pub(crate) fn run_script_on<B: AsRef<[u8]>>(
     let Some((reference, target, _nodes)) = start_sides_on(test, redis_cluster, near_cache) else {
         return;
     };
+    compare_script(&reference, &target, script, near_cache);
+}
+
+fn compare_script<B: AsRef<[u8]>>(
+    reference: &Memcached,
+    target: &Target,
+    script: &[(&str, B)],
+    near_cache: bool,
+) {
     let mut r = Side::connect("reference memcached", &reference.addr());
     let mut t = Side::connect(target.name(), &target.addr());
     let mut cas = CasMap::default();
@@ -425,6 +462,6 @@ pub(crate) fn run_script_on<B: AsRef<[u8]>>(
         diffs.join("\n")
     );
     if near_cache {
-        assert_near_cache_served(&target);
+        assert_near_cache_served(target);
     }
 }

@@ -11,8 +11,8 @@ use super::cmd::Cmd;
 use super::generator::{splitmix, Gen};
 use super::normalise::{normalize, CasMap, Norm};
 use super::runner::{
-    assert_near_cache_served, exchange, render_units, start_sides, start_sides_over_unix_socket,
-    start_sides_with, Side, Target,
+    assert_near_cache_served, exchange, render_units, start_sides, start_sides_one_worker,
+    start_sides_over_unix_socket, start_sides_with, Side, Target,
 };
 
 /// The fixed seed every run starts with ("memshift").
@@ -273,6 +273,21 @@ fn differential_stream_unix_socket() {
         return;
     };
     assert!(target.addr().starts_with("unix:") || target.name() != "memshift");
+    run_stream(&reference, &target);
+}
+
+/// The generated stream against memshift with one worker thread (tokio's
+/// current-thread scheduler).
+#[test]
+fn differential_stream_one_worker() {
+    let Some((reference, target)) = start_sides_one_worker("differential_stream_one_worker") else {
+        return;
+    };
+    let log = target.diagnostics();
+    assert!(
+        log.contains("worker_pool=false") || target.name() != "memshift",
+        "memshift with threads = 1 runs on its main thread alone:\n{log}"
+    );
     run_stream(&reference, &target);
 }
 

@@ -21,10 +21,20 @@ const IN_USE: &str = "memshift_redis_dedicated_connections";
 /// memshift over 3 fresh shards with hash tags on; returns it, the shards,
 /// its RESP port and its admin port.
 fn start(redis_extra: &str, extra_tables: &str) -> (Memshift, Vec<RedisServer>, u16, u16) {
+    start_with_server(redis_extra, extra_tables, "")
+}
+
+/// [`start`], with more `[server]` lines.
+fn start_with_server(
+    redis_extra: &str,
+    extra_tables: &str,
+    server_extra: &str,
+) -> (Memshift, Vec<RedisServer>, u16, u16) {
     let shards: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
     let (memshift, resp, admin) = start_resp_memshift(&addrs, |o| {
         o.timeout_ms = 2000;
+        o.server_extra.push_str(server_extra);
         o.redis_extra.push_str(redis_extra);
         o.extra_tables
             .push_str(&format!("[ring]\nhash_tag = \"{{}}\"\n\n{extra_tables}"));
@@ -73,13 +83,27 @@ fn is_error(r: &Resp, prefix: &str) -> bool {
 
 #[test]
 fn redis_py_transactions_and_blocking_pops_match_plain_redis() {
-    if !require_tools(
+    redis_py_transactions_match(
         "redis_py_transactions_and_blocking_pops_match_plain_redis",
-        &["python3", "redis-server"],
-    ) {
+        "",
+    );
+}
+
+/// The same with one worker thread (tokio's current-thread scheduler):
+/// blocking pops and held connections share the one thread with everyone.
+#[test]
+fn redis_py_transactions_match_plain_redis_with_one_worker() {
+    redis_py_transactions_match(
+        "redis_py_transactions_match_plain_redis_with_one_worker",
+        "threads = 1\n",
+    );
+}
+
+fn redis_py_transactions_match(test: &str, server_extra: &str) {
+    if !require_tools(test, &["python3", "redis-server"]) {
         return;
     }
-    let (memshift, _shards, resp, _) = start("", "");
+    let (memshift, _shards, resp, _) = start_with_server("", "", server_extra);
     let plain = RedisServer::start();
     for proto in [2, 3] {
         let want = run_script(plain.port(), proto, "same");

@@ -58,18 +58,14 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// `connections_per_shard` when the file leaves it at 0: one with a
-    /// single worker thread (its connections would all be written by that
-    /// one thread, and each extra one wakes the shard's redis-server
-    /// separately: measured 1.2x the closed-loop throughput and a lower
-    /// p50 with one, BENCHMARKS.md "Issue 14"), two otherwise (so workers
-    /// do not all queue on one connection task per shard).
+    /// `connections_per_shard` when the file leaves it at 0: one per
+    /// worker thread (at most 64), so that every worker's sessions have a
+    /// connection of their own on their own thread (`crate::workers`). One
+    /// with a single worker: each extra connection wakes the shard's
+    /// redis-server separately (measured 1.2x the closed-loop throughput
+    /// and a lower p50 with one, BENCHMARKS.md "Issue 14").
     pub fn auto_connections_per_shard(worker_threads: usize) -> usize {
-        if worker_threads <= 1 {
-            1
-        } else {
-            2
-        }
+        worker_threads.clamp(1, 64)
     }
 }
 

@@ -595,7 +595,7 @@ fn redis_username_needs_password() {
 }
 
 #[test]
-fn connections_per_shard_defaults_to_one_with_one_worker_thread() {
+fn connections_per_shard_defaults_to_one_per_worker_thread() {
     let resolved = |threads: &str, cps: &str| {
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:11211\"\nthreads = {threads}\n[redis]\nshards = [\"127.0.0.1:6379\"]\n{cps}"
@@ -604,7 +604,8 @@ fn connections_per_shard_defaults_to_one_with_one_worker_thread() {
         c.redis.connections_per_shard
     };
     assert_eq!(resolved("1", ""), 1);
-    assert_eq!(resolved("4", ""), 2);
+    assert_eq!(resolved("4", ""), 4);
+    assert_eq!(resolved("100", ""), 64);
     assert_eq!(resolved("1", "connections_per_shard = 0"), 1);
     assert_eq!(resolved("1", "connections_per_shard = 3"), 3);
     assert_eq!(resolved("4", "connections_per_shard = 1"), 1);

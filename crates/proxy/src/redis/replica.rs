@@ -55,6 +55,8 @@ impl Replica {
             last_target: Default::default(),
             replica: true,
         };
+        // Every worker's replica reads of the shard: on a worker, in turn.
+        let _on_worker = crate::workers::enter_next_shared();
         Replica {
             addr,
             conn: Pipeline::start(connector, engine, queue_depth),

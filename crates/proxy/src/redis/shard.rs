@@ -46,7 +46,8 @@ impl Drop for AbortOnDrop {
 }
 
 impl Shard {
-    /// Start the shard's connection tasks (on the current runtime).
+    /// Start the shard's connection tasks (on the workers, `crate::workers`;
+    /// the invalidation listener on the current runtime).
     pub fn start(
         id: String,
         settings: ConnectionSettings,
@@ -56,7 +57,10 @@ impl Shard {
         cluster: super::redirect::Hook,
     ) -> Shard {
         let conns = (0..connections.max(1))
-            .map(|_| {
+            .map(|index| {
+                // Connection `index` runs on worker `index % threads`, the
+                // worker of the sessions whose lane it serves.
+                let _on_worker = crate::workers::enter_for_connection(index);
                 let connector = RedisConnector {
                     settings: settings.clone(),
                     metrics: metrics.clone(),
@@ -79,6 +83,8 @@ impl Shard {
                     Some(_) => (crate::near_cache::Tracking::default(), None),
                 };
                 let tracking = std::sync::Arc::new(tracking);
+                // It carries every worker's write-through sets.
+                let _on_worker = crate::workers::enter_next_shared();
                 let task = tokio::spawn(super::tracking::listen(
                     settings.clone(),
                     tracking.clone(),

@@ -85,7 +85,7 @@ impl RespSession {
         RespSession {
             proxy,
             id,
-            lane: id as usize,
+            lane: crate::workers::lane(id),
             version: RespVersion::Resp2,
             authenticated,
             name: None,

@@ -52,10 +52,11 @@ impl Legacy {
         let mut settings = PoolSettings::new(Duration::from_millis(config.timeout_ms));
         settings.connections_per_server = config.connections_per_server.max(1);
         let locate = placement.clone();
-        let pool = LegacyPool::start(
+        let pool = LegacyPool::start_placed(
             config.servers.iter().map(|s| s.addr.clone()).collect(),
             Box::new(move |key: &[u8]| locate.locate(key)),
             settings,
+            crate::workers::enter_for_connection,
         );
         Ok(Legacy {
             pool: Arc::new(pool),

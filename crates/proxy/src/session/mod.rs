@@ -111,7 +111,7 @@ impl Session {
         let conn = State::new(&proxy);
         Session {
             proxy,
-            lane: id as usize,
+            lane: crate::workers::lane(id),
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
             cmd_buf: BytesMut::new(),

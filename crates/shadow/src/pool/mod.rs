@@ -141,6 +141,18 @@ where
     /// Start the connection tasks (on the current tokio runtime). Servers are
     /// `host:port`; connections come up in the background.
     pub fn start(servers: Vec<String>, placement: Placement, settings: PoolSettings) -> Self {
+        Self::start_placed(servers, placement, settings, |_| None)
+    }
+
+    /// [`LegacyPool::start`], each server's connection `j` spawned inside
+    /// the runtime context `place(j)` returns (the current one for `None`):
+    /// the proxy puts connection `j` on its worker thread `j % threads`.
+    pub fn start_placed(
+        servers: Vec<String>,
+        placement: Placement,
+        settings: PoolSettings,
+        place: impl Fn(usize) -> Option<tokio::runtime::EnterGuard<'static>>,
+    ) -> Self {
         let per_server = settings.connections_per_server.max(1);
         let servers = servers
             .into_iter()
@@ -150,7 +162,8 @@ where
                     connect_timeout: settings.connect_timeout,
                 };
                 let conns = (0..per_server)
-                    .map(|_| {
+                    .map(|j| {
+                        let _placed = place(j);
                         let connector = MemcachedConnector {
                             addr: addr.clone(),
                             reply: PhantomData,

@@ -21,7 +21,9 @@ mod wire;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::runner::start_sides;
+use memshift_tests::Memcached;
+
+use super::runner::{start_sides, start_sides_one_worker, Target};
 use gen::Gen;
 use wire::{compare, render, CasMap, Conn, Req, Resp};
 
@@ -96,12 +98,27 @@ fn differential_binary_stream() {
     let Some((reference, target)) = start_sides("differential_binary_stream") else {
         return;
     };
+    run_stream("differential_binary_stream", &reference, &target);
+}
+
+/// The generated stream against memshift with one worker thread (tokio's
+/// current-thread scheduler).
+#[test]
+fn differential_binary_stream_one_worker() {
+    let test = "differential_binary_stream_one_worker";
+    let Some((reference, target)) = start_sides_one_worker(test) else {
+        return;
+    };
+    run_stream(test, &reference, &target);
+}
+
+fn run_stream(test: &str, reference: &Memcached, target: &Target) {
     let batches: usize = std::env::var("DIFF_BINARY_BATCHES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
     for seed in seeds() {
-        eprintln!("differential_binary_stream: seed {seed:#x} (replay: DIFF_SEED={seed:#x})");
+        eprintln!("{test}: seed {seed:#x} (replay: DIFF_SEED={seed:#x})");
         let mut gen = Gen::new(seed);
         let mut r = Side::new(&reference.addr());
         let mut t = Side::new(&target.addr());
@@ -150,7 +167,7 @@ fn differential_binary_stream() {
             compared += r_resps.len();
             reqs = gen.batch();
         }
-        eprintln!("differential_binary_stream: seed {seed:#x}: {compared} responses identical");
+        eprintln!("{test}: seed {seed:#x}: {compared} responses identical");
         assert!(compared > batches, "too few responses compared");
     }
 }
