@@ -203,6 +203,15 @@ fn cluster_reload_applies_seeds_and_timeout() {
     memshift.rewrite_config(&reloaded);
     memshift.sighup();
     wait_reloads(admin, RELOAD_OK, 1.0);
+    // The reload's node connections come up in the background: one read
+    // through them first, so the pause cannot catch their handshake (which
+    // `connect_timeout_ms`, not `timeout_ms`, bounds).
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        "a read through the reloaded nodes",
+        || c.get(key).ok().flatten().map(|_| ()),
+    );
     let reply = paused_get(&mut c, 3000);
     assert_eq!(reply, "VALUE reload:key 0 1\r\nv\r\nEND\r\n");
 }

@@ -9,7 +9,9 @@
 //! cross-thread notification, and no worker takes another's timer or I/O
 //! driver lock. memcached's own threads and mcrouter's and Envoy's workers
 //! are built the same way. docs/multicore.md has the count this design
-//! removed, BENCHMARKS.md the measurement.
+//! removed, BENCHMARKS.md ("One runtime per worker, A/B") the measurement:
+//! with one worker, 9-11 % less CPU per request than the multi-thread
+//! runtime of one worker it replaced; with two, no cross-thread wake-up.
 //!
 //! A connection that carries every worker's traffic (a shard's replica
 //! connection, its near-cache invalidation connection) goes to the workers
