@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use memshift_pipeline::transport::Detached;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 
 use crate::config::ListenAddr;
 use crate::error::ProxyError;
@@ -45,15 +45,16 @@ impl Listener {
         };
         match addr {
             ListenAddr::Tcp(a) => {
+                // tokio's bind sets SO_REUSEADDR (as memcached does; std's
+                // does not), then the socket leaves its driver for ours.
                 let bound = TcpListener::bind(a).await.map_err(failed)?;
                 let std = bound.into_std().map_err(failed)?;
                 watch(std).map(Listener::Tcp).map_err(failed)
             }
             ListenAddr::Unix(path) => {
                 let (listener, file) = bind_unix(path, mode).map_err(failed)?;
-                let std = listener.into_std().map_err(failed)?;
                 Ok(Listener::Unix {
-                    listener: watch(std).map_err(failed)?,
+                    listener: watch(listener).map_err(failed)?,
                     _file: file,
                 })
             }
@@ -116,7 +117,7 @@ where
 }
 
 /// Bind a unix socket at `path` with mode `mode`, replacing a stale file.
-fn bind_unix(path: &Path, mode: u32) -> io::Result<(UnixListener, SocketFile)> {
+fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixListener, SocketFile)> {
     remove_if_stale(path)?;
     // The mode is set through the umask around bind(2), as memcached's
     // `-a` does, so the socket is never reachable with wider permissions
@@ -125,11 +126,12 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(UnixListener, SocketFile)> {
     let listener = {
         // SAFETY: umask(2) cannot fail and touches no memory.
         let old = unsafe { libc::umask(!mode as libc::mode_t & 0o777) };
-        let bound = UnixListener::bind(path);
+        let bound = std::os::unix::net::UnixListener::bind(path);
         // SAFETY: as above.
         unsafe { libc::umask(old) };
         bound?
     };
+    listener.set_nonblocking(true)?;
     let meta = std::fs::metadata(path)?;
     let file = SocketFile {
         path: path.to_owned(),

@@ -34,9 +34,7 @@ pub fn run(config_path: &Path) -> Result<(), ProxyError> {
         worker_pool = workers.is_some(),
         "one current-thread runtime per worker thread"
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::workers::runtime()?;
     let served = runtime.block_on(serve(config_path.to_path_buf(), config, threads));
     drop(runtime);
     if let Some(workers) = workers {

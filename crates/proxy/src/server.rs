@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use memshift_pipeline::transport::{Detached, Stream};
+use memshift_pipeline::transport::Detached;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -230,13 +230,16 @@ fn start_session(
             worker,
             conn.run(s, tokio::net::UnixStream::from_std),
         ),
-        (Some(tls), stream) => spawn_on(sessions, worker, async move {
-            match stream.attach() {
-                Ok(stream) => conn.run_tls(tls, stream).await,
-                Err(e) => tracing::warn!(error = %e, "could not register a client connection"),
-            }
-        }),
+        (Some(tls), stream) => spawn_on(sessions, worker, conn.run_tls(tls, stream)),
     }
+}
+
+/// Register an accepted socket with this runtime's I/O driver (`attach`);
+/// `None`, logged, if it cannot be (the connection is dropped).
+fn register<D, S>(stream: D, attach: fn(D) -> std::io::Result<S>) -> Option<S> {
+    attach(stream)
+        .inspect_err(|e| tracing::warn!(error = %e, "could not register a client connection"))
+        .ok()
 }
 
 fn spawn_on<F>(sessions: &mut JoinSet<()>, worker: Option<&tokio::runtime::Handle>, session: F)
@@ -261,8 +264,12 @@ struct Conn {
 }
 
 impl Conn {
-    /// The TLS handshake (under its timeout), then the session.
-    async fn run_tls(self, tls: Arc<ServerTls>, stream: Stream) {
+    /// Register the socket, the TLS handshake (under its timeout), then the
+    /// session.
+    async fn run_tls(self, tls: Arc<ServerTls>, stream: Detached) {
+        let Some(stream) = register(stream, Detached::attach) else {
+            return;
+        };
         if let Some(stream) = tls.accept(stream, &self.proxy.metrics).await {
             self.run(stream, Ok).await;
         }
@@ -276,12 +283,8 @@ impl Conn {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let stream = match adopt(stream) {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not register a client connection");
-                return;
-            }
+        let Some(stream) = register(stream, adopt) else {
+            return;
         };
         let Conn {
             proxy,

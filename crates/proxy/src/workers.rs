@@ -2,7 +2,8 @@
 //! per worker, each with its own I/O driver (epoll instance) and timer
 //! wheel. The acceptor hands each client connection to the next worker in
 //! turn, and connection `j` of every Redis shard runs on worker
-//! `j % threads`; a session on worker `w` uses lane `w` (see [`lane`]), so
+//! `j % threads`; a session on worker `w` uses a lane congruent to `w`
+//! modulo the worker count (see [`lane`]), so
 //! with `connections_per_shard` a multiple of the worker count (the
 //! default: one per worker) a request's hand-off to its shard connection
 //! and the reply's way back are wake-ups on one thread, never a
@@ -107,15 +108,20 @@ impl Pool {
     }
 }
 
+/// A worker's runtime: the current-thread scheduler with I/O and timers
+/// (also the main thread's, which is the worker when there is one).
+pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 fn run_worker(
     index: usize,
     ready: std::sync::mpsc::Sender<io::Result<Handle>>,
     stop: oneshot::Receiver<()>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             let _ = ready.send(Err(e));
