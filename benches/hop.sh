@@ -28,6 +28,7 @@
 # run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99"; RATIO (default
 # 90:10) the get:set mix. UNIX=1 also has memshift listen on a unix socket
 # and runs the measured load there (warm-up and prefill stay on TCP).
+# PERF_RECORD=FILE writes a `perf record -g` of the proxy during the run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -111,6 +112,7 @@ A=127.0.0.1:$MP
 [ "${NEAR:-0}" = 1 ] && "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 \
     --value-size 100 --duration 3 --pipeline 1 ${LOAD_ARGS:-} --json >/dev/null
 ticks() { awk '{print $14 + $15}' "/proc/$MS/stat"; }
+uticks() { awk '{print $14}' "/proc/$MS/stat"; }
 # Voluntary context switches of every memshift thread: each is a worker
 # parking in epoll_wait with nothing to run (then woken by the next event).
 parks() { cat /proc/"$MS"/task/*/status | awk '/^voluntary_ctxt/ {s += $2} END {print s}'; }
@@ -132,7 +134,7 @@ n0=$(nc_stats)
 s0=$(schedstat "$MS"); b0=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d0"
 cpuline() { awk -v c="cpu${PROXY_CPU%%,*}" '$1 == c {print $2 + $3, $4, $7 + $8, $5 + $6, $9}' /proc/stat; }
 c0=$(cpuline)
-t0=$(ticks); v0=$(parks)
+t0=$(ticks); u0=$(uticks); v0=$(parks)
 if [ "${STRACE:-0}" = 1 ]; then
     strace -c -f -p "$MS" -o "$W/strace.txt" &
     SP=$!; sleep 0.5
@@ -146,6 +148,9 @@ elif [ "${PERF:-0}" = 1 ]; then
         -e syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,syscalls:sys_enter_futex,syscalls:sys_enter_write \
         -p "$MS" -o "$W/perf.txt" &
     SP=$!; sleep 0.5
+elif [ -n "${PERF_RECORD:-}" ]; then
+    perf record -g -p "$MS" -o "$PERF_RECORD" >/dev/null 2>&1 &
+    SP=$!; sleep 0.5
 fi
 mode=(--rate "$RATE")
 [ "$RATE" = 0 ] && mode=(--pipeline "$PIPELINE")
@@ -153,19 +158,20 @@ MA=$A
 [ "${UNIX:-0}" = 1 ] && MA=unix:$W/m.sock
 out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$MA" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
     --duration "$DUR" "${mode[@]}" ${LOAD_ARGS:-} --json)
-t1=$(ticks); v1=$(parks)
+t1=$(ticks); u1=$(uticks); v1=$(parks)
 s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)
-if [ "${STRACE:-0}" = 1 ] || [ "${PERF:-0}" = 1 ]; then kill -INT "$SP"; wait "$SP" 2>/dev/null || true; fi
+if [ "${STRACE:-0}" = 1 ] || [ "${PERF:-0}" = 1 ] || [ -n "${PERF_RECORD:-}" ]; then kill -INT "$SP"; wait "$SP" 2>/dev/null || true; fi
 printf '%s' "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin); l = r["latency_us"]; n = r["requests"]
 cpu = (int(sys.argv[2]) - int(sys.argv[1])) / 100.0
-print("rate %s: %.0f ops/s p50 %.1f p90 %.1f p99 %.1f us, errors %d, memshift CPU %.1f us/request, %.2f thread parks/request (load %s)" % (
+user = (int(sys.argv[7]) - int(sys.argv[6])) / 100.0
+print("rate %s: %.0f ops/s p50 %.1f p90 %.1f p99 %.1f us, errors %d, memshift CPU %.2f us/request (user %.2f), %.2f thread parks/request (load %s)" % (
     sys.argv[3], r["ops_per_sec"], l["p50"], l["p90"], l["p99"], r["errors"]["total"], 1e6 * cpu / max(n, 1),
-    (int(sys.argv[5]) - int(sys.argv[4])) / max(n, 1), open("/proc/loadavg").read().split()[0]))
+    1e6 * user / max(n, 1), (int(sys.argv[5]) - int(sys.argv[4])) / max(n, 1), open("/proc/loadavg").read().split()[0]))
 if r["errors"]["total"]:
     print("  errors:", json.dumps(r["errors"]))
-' "$t0" "$t1" "$RATE" "$v0" "$v1"
+' "$t0" "$t1" "$RATE" "$v0" "$v1" "$u0" "$u1"
 if [ "${NEAR:-0}" = 1 ]; then
     n1=$(nc_stats)
     python3 - "$n0" "$n1" <<'PY'

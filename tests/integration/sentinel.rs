@@ -294,8 +294,12 @@ fn sentinel_primary_killed_under_load() {
         |s| {
             let addr = s.topo.primary_of(&s.topo.shards[victim].name);
             let idx = s.topo.shards[victim].node_index(&addr);
+            // Read before the signal: memshift fails the killed primary's
+            // requests within microseconds, and a busy machine may not run
+            // this thread again before some clients have their errors.
+            let at = Instant::now();
             s.topo.shards[victim].nodes[idx].signal(libc::SIGKILL);
-            Instant::now()
+            at
         },
         |_, _| {},
     );
@@ -462,8 +466,9 @@ fn sentinel_paused_primary_returns_as_replica() {
             let addr = s.topo.primary_of(&s.topo.shards[victim].name);
             let idx = s.topo.shards[victim].node_index(&addr);
             paused.set(idx);
+            let at = Instant::now();
             s.topo.shards[victim].nodes[idx].signal(libc::SIGSTOP);
-            Instant::now()
+            at
         },
         |s, old| {
             // Resumed once memshift follows the switch: a primary that

@@ -259,7 +259,7 @@ impl<C: Codec> Connection<C> {
                     Ok(0) => break Err(Broken::Closed),
                     Ok(_) => {
                         last_heard = Instant::now();
-                        if let Err(why) = self.complete(&mut rbuf, &mut wbuf) {
+                        if let Err(why) = self.complete(&mut rbuf, &mut wbuf, last_heard) {
                             break Err(why);
                         }
                     }
@@ -366,9 +366,14 @@ impl<C: Codec> Connection<C> {
         }
     }
 
-    /// Complete every reply the buffer holds in full, in FIFO order.
-    fn complete(&mut self, rbuf: &mut BytesMut, wbuf: &mut BytesMut) -> Result<(), Broken> {
-        let now = Instant::now();
+    /// Complete every reply the buffer holds in full (read at `now`), in
+    /// FIFO order.
+    fn complete(
+        &mut self,
+        rbuf: &mut BytesMut,
+        wbuf: &mut BytesMut,
+        now: Instant,
+    ) -> Result<(), Broken> {
         while !rbuf.is_empty() {
             let Some(front) = self.slots.front() else {
                 return Err(Broken::ReplyWithoutRequest);

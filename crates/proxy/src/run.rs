@@ -35,7 +35,13 @@ pub fn run(config_path: &Path) -> Result<(), ProxyError> {
         "one current-thread runtime per worker thread"
     );
     let runtime = crate::workers::runtime()?;
-    let served = runtime.block_on(serve(config_path.to_path_buf(), config, threads));
+    let served = runtime.block_on(async {
+        if workers.is_none() {
+            // The worker's sessions' reply mailboxes live on this thread.
+            tokio::spawn(crate::backend::mailbox::install());
+        }
+        serve(config_path.to_path_buf(), config, threads).await
+    });
     drop(runtime);
     if let Some(workers) = workers {
         workers.stop();

@@ -14,6 +14,10 @@
 //! with one worker, 9-11 % less CPU per request than the multi-thread
 //! runtime of one worker it replaced; with two, no cross-thread wake-up.
 //!
+//! Each worker is also the home of its sessions' reply mailboxes
+//! (`backend::mailbox`): a reply from a connection on the same worker goes
+//! straight into the session's queue, with no channel.
+//!
 //! A connection that carries every worker's traffic (a shard's replica
 //! connection, its near-cache invalidation connection) goes to the workers
 //! in turn. The rest runs on the main thread's runtime: the accept loops,
@@ -129,12 +133,17 @@ fn run_worker(
         }
     };
     INDEX.with(|i| i.set(Some(index)));
+    // Its sessions' reply mailboxes live on this thread.
+    let mailboxes = crate::backend::mailbox::install();
     if ready.send(Ok(runtime.handle().clone())).is_err() {
         return;
     }
     // Its tasks run while this waits; a dropped sender stops it too.
     runtime.block_on(async {
-        let _ = stop.await;
+        tokio::select! {
+            _ = stop => {}
+            () = mailboxes => {}
+        }
     });
 }
 

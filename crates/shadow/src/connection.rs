@@ -13,7 +13,7 @@ use memshift_pipeline::{
 use memshift_protocol::memcache::client::{parse_reply, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::reply::{LegacyError, LegacyReply, ReplyShape, ReplyTo, TaggedReply};
+use crate::reply::{LegacyError, LegacyReply, ReplyShape, ReplyTo, Tagged};
 
 /// Health check request: cheap, answered with one line.
 const PING: &[u8] = b"version\r\n";
@@ -26,7 +26,7 @@ pub(crate) struct MemcachedConnector<T> {
 
 impl<T> Connector for MemcachedConnector<T>
 where
-    T: From<TaggedReply> + Send + 'static,
+    T: Tagged,
 {
     type Codec = MemcachedCodec<T>;
     type Reader = ReadHalf;
@@ -94,7 +94,7 @@ pub(crate) struct MemcachedCodec<T> {
 
 impl<T> Codec for MemcachedCodec<T>
 where
-    T: From<TaggedReply> + Send + 'static,
+    T: Tagged,
 {
     type Expect = ReplyShape;
     type Caller = ReplyTo<T>;

@@ -49,7 +49,7 @@ pub use queue::{
     ShadowSink,
 };
 pub use reply::{
-    LegacyError, LegacyReply, LegacyRequest, ReplyShape, ReplyTo, TaggedReply, ValueItem,
+    LegacyError, LegacyReply, LegacyRequest, ReplyShape, ReplyTo, Tagged, TaggedReply, ValueItem,
 };
 pub use rollback::{RollbackDetector, RollbackSettings};
 

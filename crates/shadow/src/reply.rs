@@ -227,21 +227,32 @@ pub struct TaggedReply {
     pub result: Result<LegacyReply, LegacyError>,
 }
 
-/// Where a reply goes.
-#[derive(Debug)]
-pub enum ReplyTo<T = TaggedReply> {
-    /// A single waiting caller.
-    Oneshot(oneshot::Sender<Result<LegacyReply, LegacyError>>),
-    /// A session's reply channel (any message type built from a
-    /// [`TaggedReply`]).
-    Tagged {
-        tx: mpsc::UnboundedSender<T>,
-        seq: u64,
-        part: u32,
-    },
+/// What a session's replies are delivered as (any message type built from
+/// a [`TaggedReply`]), and how: into a channel for [`TaggedReply`] itself;
+/// the proxy puts them straight into its sessions' mailboxes.
+pub trait Tagged: From<TaggedReply> + Send + 'static {
+    type Sender: Send + std::fmt::Debug + 'static;
+    fn deliver(to: &Self::Sender, reply: Self);
 }
 
-impl<T: From<TaggedReply>> ReplyTo<T> {
+impl Tagged for TaggedReply {
+    type Sender = mpsc::UnboundedSender<TaggedReply>;
+
+    fn deliver(to: &Self::Sender, reply: Self) {
+        let _ = to.send(reply);
+    }
+}
+
+/// Where a reply goes.
+#[derive(Debug)]
+pub enum ReplyTo<T: Tagged = TaggedReply> {
+    /// A single waiting caller.
+    Oneshot(oneshot::Sender<Result<LegacyReply, LegacyError>>),
+    /// A session's replies.
+    Tagged { tx: T::Sender, seq: u64, part: u32 },
+}
+
+impl<T: Tagged> ReplyTo<T> {
     pub fn send(self, result: Result<LegacyReply, LegacyError>) {
         // The receiver may be gone (client disconnected, caller timed out):
         // nothing to do then.
@@ -250,7 +261,7 @@ impl<T: From<TaggedReply>> ReplyTo<T> {
                 let _ = tx.send(result);
             }
             ReplyTo::Tagged { tx, seq, part } => {
-                let _ = tx.send(T::from(TaggedReply { seq, part, result }));
+                T::deliver(&tx, T::from(TaggedReply { seq, part, result }));
             }
         }
     }
@@ -260,13 +271,13 @@ impl<T: From<TaggedReply>> ReplyTo<T> {
 /// never `noreply`: its reply could not be matched), the shape of its reply,
 /// and where the reply goes.
 #[derive(Debug)]
-pub struct LegacyRequest<T = TaggedReply> {
+pub struct LegacyRequest<T: Tagged = TaggedReply> {
     pub bytes: Bytes,
     pub shape: ReplyShape,
     pub reply: ReplyTo<T>,
 }
 
-impl<T> LegacyRequest<T> {
+impl<T: Tagged> LegacyRequest<T> {
     /// Refuse a request whose first line ends in `noreply` (the server
     /// would not answer it, shifting every later reply onto the wrong
     /// request).

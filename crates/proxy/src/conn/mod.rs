@@ -8,8 +8,9 @@
 //!
 //! * `queue`: the pending requests, in the client's order, and the counts
 //!   backpressure needs.
-//! * `pool`: buffers, queue storage and reply channels shared by the
-//!   thread's connections while they are busy.
+//! * `pool`: buffers, queue storage and reply mailboxes shared by the
+//!   thread's connections while they are busy (the mailboxes themselves:
+//!   `backend::mailbox`).
 //! * `deadline`: the one timer of a busy connection.
 //! * `push`: unsolicited frames (pub/sub messages) and where they go among
 //!   the replies.
@@ -60,6 +61,9 @@ pub struct State {
     pub draining: bool,
     /// When the last input arrived (the idle timeout counts from it).
     pub last_input: Instant,
+    /// `last_input` was read for input not yet parsed (see
+    /// [`State::input_time`]).
+    pub input_fresh: bool,
     /// Draining: when the drain deadline (`server.drain_timeout_ms` after
     /// SIGTERM) comes.
     pub drain_deadline: Option<Instant>,
@@ -78,12 +82,30 @@ impl State {
             read_closed: false,
             draining: false,
             last_input: Instant::now(),
+            input_fresh: false,
             drain_deadline: None,
             max_pending_replies: 0,
             max_pending_bytes: 0,
         };
         state.load_limits(&proxy.settings.load());
         state
+    }
+
+    /// Input arrived now: its clock reading serves the input's requests too.
+    pub fn input_arrived(&mut self) {
+        self.last_input = Instant::now();
+        self.input_fresh = true;
+    }
+
+    /// When the requests about to be parsed started: the read's clock
+    /// reading for input just read (not a second one per read), else now
+    /// (input that waited in the buffer for room).
+    pub fn input_time(&mut self) -> Instant {
+        if std::mem::take(&mut self.input_fresh) {
+            self.last_input
+        } else {
+            Instant::now()
+        }
     }
 
     /// The live backpressure limits (a reload may have changed them),
@@ -118,9 +140,10 @@ pub struct Io<'a, E> {
     /// Scratch space backend commands are built in (pooled with the rest).
     pub cmd_buf: &'a mut BytesMut,
     pub queue: &'a mut Queue<E>,
-    /// Where backends send their replies; taken from the thread's pool
-    /// with the first backend request and handed back when the connection
-    /// goes quiet, unless a backend still holds a sender.
+    /// Where backends send their replies: a mailbox slot on the worker's
+    /// table, opened with the first backend request and closed when the
+    /// connection goes quiet (off the workers, a pooled channel, handed
+    /// back unless a backend still holds a sender).
     pub replies: &'a mut Option<ReplyChannel>,
     pub state: &'a mut State,
     /// Unsolicited frames, for a protocol that has them (`push`).

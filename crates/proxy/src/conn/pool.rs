@@ -1,6 +1,6 @@
 //! Per-thread free lists for what a connection needs only while it is
 //! busy: read, write and command buffers, the pending queue's storage and
-//! the reply channel.
+//! the reply mailbox (a channel, off the workers).
 //!
 //! A session gives these back the moment it goes quiet (nothing buffered or
 //! in flight) and takes them again with its next input, so an idle
@@ -15,9 +15,8 @@ use std::collections::VecDeque;
 use std::thread::LocalKey;
 
 use bytes::BytesMut;
-use tokio::sync::mpsc;
 
-use crate::redis::BackendReply;
+use crate::backend::Mailbox;
 
 /// Entries kept per list and thread; more are freed. With
 /// `MAX_KEPT_CAPACITY` this bounds the pool at ~6 MiB per worker thread.
@@ -26,12 +25,9 @@ const KEEP: usize = 64;
 /// must not pin its buffer for ever).
 const MAX_KEPT_CAPACITY: usize = 32 * 1024;
 
-/// A session's reply channel (both ends: the session hands out clones of
-/// the sender with each backend request).
-pub struct ReplyChannel {
-    pub tx: mpsc::UnboundedSender<BackendReply>,
-    pub rx: mpsc::UnboundedReceiver<BackendReply>,
-}
+/// A session's replies arrive here (it hands out a sender with each
+/// backend request).
+pub type ReplyChannel = Mailbox;
 
 /// What a buffer is for: each kind has its own list, so that a small read
 /// buffer is not handed out where a command buffer of 4 KiB is wanted.
@@ -101,20 +97,26 @@ pub fn give_queue<E>(pool: &'static LocalKey<QueuePool<E>>, mut queue: VecDeque<
     });
 }
 
+/// A mailbox slot on a worker; elsewhere a pooled channel.
 pub fn take_channel() -> ReplyChannel {
+    let mailbox = Mailbox::open();
+    if mailbox.is_local() {
+        return mailbox;
+    }
     POOL.with(|p| p.borrow_mut().channels.pop())
-        .unwrap_or_else(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            ReplyChannel { tx, rx }
-        })
+        .unwrap_or(mailbox)
 }
 
 /// Keep a channel for another session, but only when no sender is still
 /// out (a backend holding one could otherwise deliver a stale reply, tagged
 /// with a sequence number, into another session): such a channel is handed
-/// back to its session.
+/// back to its session. A mailbox slot is closed (its late replies are
+/// dropped).
 pub fn give_channel(channel: ReplyChannel) -> Option<ReplyChannel> {
-    if channel.tx.strong_count() != 1 || !channel.rx.is_empty() {
+    if channel.is_local() {
+        return None;
+    }
+    if !channel.is_quiet() {
         return Some(channel);
     }
     POOL.with(|p| {

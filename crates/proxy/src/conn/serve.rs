@@ -130,7 +130,7 @@ where
         total += read_ready(rd, io.rbuf).await;
     }
     if total > 0 {
-        io.state.last_input = Instant::now();
+        io.state.input_arrived();
         p.proxy().stats.bytes_read.add(total as u64);
     }
     Ok(())
@@ -154,7 +154,9 @@ where
     let mut quiet_at: Option<Instant> = None;
     // One timer for the busy period, not one per wait (`deadline`); it
     // lives in this future, so an idle connection does not carry it.
-    let mut sleep = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+    // Any instant will do (it is reset before it is polled): not a clock
+    // read per busy period.
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(p.io().state.last_input));
     let mut deadline = Deadline::new(sleep.as_mut());
     p.parse_and_dispatch();
     loop {
@@ -264,9 +266,9 @@ where
                 }
                 Transfer::Read(Ok(n)) => {
                     p.proxy().stats.bytes_read.add(n as u64);
-                    let now = Instant::now();
-                    p.io().state.last_input = now;
-                    idle_deadline = idle.map(|d| now + d);
+                    let state = p.io().state;
+                    state.input_arrived();
+                    idle_deadline = idle.map(|d| state.last_input + d);
                     quiet_at = None;
                     p.parse_and_dispatch();
                 }
@@ -415,13 +417,13 @@ async fn recv_push(pushes: Option<&mut Pushes>) -> Option<Push> {
 /// The next backend reply; never, while there is no channel.
 async fn recv_reply(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
     match replies {
-        Some(channel) => channel.rx.recv().await,
+        Some(channel) => channel.recv().await,
         None => std::future::pending().await,
     }
 }
 
 fn try_recv(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
-    replies.as_mut().and_then(|c| c.rx.try_recv().ok())
+    replies.as_mut().and_then(ReplyChannel::try_recv)
 }
 
 /// What [`transfer`] did.

@@ -71,11 +71,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use super::store::Ticket;
 use super::{NearCache, Tracking};
-use crate::backend::{BackendError, BackendReply, Reply, ReplyTo};
+use crate::backend::{BackendError, BackendReply, Reply, ReplySender, ReplyTo};
 
 /// Waiters one flight takes; a later miss of the key opens another flight.
 pub const MAX_WAITERS: usize = 1024;
@@ -223,16 +222,16 @@ pub fn join(
     })
 }
 
-/// Take the waiter of request `seq` on channel `tx` out of its flight: true
+/// Take the waiter of request `seq` on mailbox `tx` out of its flight: true
 /// if it was still there (it must now send its own read), false if its
 /// flight already answered it or was lost (the answer or [`REDISPATCH`]
 /// is on its way).
-pub fn leave(joined: &Joined, tx: &mpsc::UnboundedSender<BackendReply>, seq: u64) -> bool {
+pub fn leave(joined: &Joined, tx: &ReplySender, seq: u64) -> bool {
     let mut f = lock(&joined.flight);
     match f
         .waiters
         .iter()
-        .position(|w| w.seq == seq && w.tx.same_channel(tx))
+        .position(|w| w.seq == seq && w.tx.same_mailbox(tx))
     {
         Some(i) => {
             f.waiters.swap_remove(i);
@@ -280,7 +279,7 @@ impl Drop for Lead {
             return;
         }
         for w in self.close() {
-            let _ = w.tx.send(BackendReply {
+            w.tx.send(BackendReply {
                 seq: w.seq,
                 part: REDISPATCH,
                 result: Err(BackendError::ConnectionLost),
@@ -291,7 +290,7 @@ impl Drop for Lead {
 
 /// Send a waiter its copy of the leader's answer.
 pub fn answer(waiter: ReplyTo, result: &Result<Reply, BackendError>) {
-    let _ = waiter.tx.send(BackendReply {
+    waiter.tx.send(BackendReply {
         seq: waiter.seq,
         part: waiter.part,
         result: result.clone(),

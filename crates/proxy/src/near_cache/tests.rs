@@ -252,7 +252,7 @@ mod coalescing {
 
     fn to(tx: &mpsc::UnboundedSender<BackendReply>, seq: u64) -> ReplyTo {
         ReplyTo {
-            tx: tx.clone(),
+            tx: tx.clone().into(),
             seq,
             part: 0,
         }
@@ -319,13 +319,13 @@ mod coalescing {
         let lead = lead(&tk, Bytes::from_static(b"k")).expect("leads");
         let gone = join(&n, &t, b"k", || to(&tx, 1)).expect("joins");
         let stays = join(&n, &t, b"k", || to(&tx, 2)).expect("joins");
-        assert!(leave(&gone, &tx, 1), "taken out");
-        assert!(!leave(&gone, &tx, 1), "only once");
+        assert!(leave(&gone, &tx.clone().into(), 1), "taken out");
+        assert!(!leave(&gone, &tx.clone().into(), 1), "only once");
         drop(lead);
         let r = rx.try_recv().expect("told");
         assert_eq!((r.seq, r.part), (2, REDISPATCH));
         assert!(rx.try_recv().is_err(), "seq 1 left: told nothing");
-        assert!(!leave(&stays, &tx, 2), "flight gone");
+        assert!(!leave(&stays, &tx.clone().into(), 2), "flight gone");
         assert_eq!(indexed(), 0);
     }
 

@@ -320,7 +320,7 @@ impl Cluster {
             encode_command(&mut cmd, &[b"GET", key]);
             let one = Routed {
                 reply: ReplyTo {
-                    tx: tx.clone(),
+                    tx: tx.clone().into(),
                     seq: caller.reply.seq,
                     part: i as u32,
                 },
@@ -499,7 +499,7 @@ async fn ask(node: &Shard, cmd: &[&[u8]]) -> Option<Frame> {
     encode_command(&mut buf, cmd);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let reply = ReplyTo {
-        tx,
+        tx: tx.into(),
         seq: 0,
         part: 0,
     };

@@ -9,8 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use memshift_ring::legacy::{Distribution, LegacyPlacement, LegacyServer};
 use memshift_shadow::pool::{LegacyPool, PoolSettings};
-use memshift_shadow::reply::{LegacyError, LegacyRequest, ReplyTo as PoolReplyTo, TaggedReply};
+use memshift_shadow::reply::{
+    LegacyError, LegacyRequest, ReplyTo as PoolReplyTo, Tagged, TaggedReply,
+};
 
+use crate::backend::ReplySender;
 use crate::config::MemcachedConfig;
 use crate::error::ProxyError;
 use crate::redis::{BackendError, BackendReply, Reply, ReplyTo};
@@ -19,7 +22,15 @@ use crate::redis::{BackendError, BackendReply, Reply, ReplyTo};
 /// pool's own type (`Line`, `Meta`, `Values` are its names for the sessions).
 pub use memshift_shadow::ReplyShape;
 
-/// Legacy replies arrive on a session's channel like Redis ones.
+/// Legacy replies go into a session's mailbox like Redis ones.
+impl Tagged for BackendReply {
+    type Sender = ReplySender;
+
+    fn deliver(to: &ReplySender, reply: BackendReply) {
+        to.send(reply);
+    }
+}
+
 impl From<TaggedReply> for BackendReply {
     fn from(t: TaggedReply) -> BackendReply {
         BackendReply {

@@ -227,7 +227,7 @@ impl Routes {
     ) -> impl Future<Output = Result<Reply, BackendError>> + Send + 'static {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let reply = ReplyTo {
-            tx,
+            tx: tx.into(),
             seq: 0,
             part: 0,
         };

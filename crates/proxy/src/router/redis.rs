@@ -373,7 +373,7 @@ impl RedisBackends {
             0,
             cmd,
             ReplyTo {
-                tx,
+                tx: tx.into(),
                 seq: 0,
                 part: 0,
             },
@@ -401,7 +401,7 @@ impl RedisBackends {
         let (tx, rx) = mpsc::unbounded_channel();
         for i in 0..self.shards.len() {
             let reply = ReplyTo {
-                tx: tx.clone(),
+                tx: tx.clone().into(),
                 seq: 0,
                 part: i as u32,
             };

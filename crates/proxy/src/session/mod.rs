@@ -165,7 +165,7 @@ impl Session {
             return self.process_binary_input();
         }
         let limits = self.load_limits();
-        let now = Instant::now();
+        let now = self.conn.input_time();
         self.current_start = now;
         while !self.conn.closing && self.room_to_dispatch() {
             if !self.skip_refused() {

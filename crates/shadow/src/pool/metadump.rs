@@ -11,11 +11,11 @@ use memshift_pipeline::transport::BackendAddr;
 use memshift_pipeline::BackendError;
 
 use super::{DumpEntry, LegacyPool, PoolSettings};
-use crate::reply::{LegacyError, TaggedReply};
+use crate::reply::{LegacyError, Tagged};
 
 impl<T> LegacyPool<T>
 where
-    T: From<TaggedReply> + Send + 'static,
+    T: Tagged,
 {
     /// Every key of `server` via `lru_crawler metadump all`, on a connection
     /// of its own (memcached refuses the command behind pipelined requests,

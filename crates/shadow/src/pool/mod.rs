@@ -28,7 +28,7 @@ use crate::connection::{MemcachedCodec, MemcachedConnector};
 use crate::op::{unix_now, ShadowOp};
 use crate::queue::{ApplyFuture, ShadowSink};
 use crate::reply::{
-    LegacyError, LegacyReply, LegacyRequest, ReplyShape, ReplyTo, TaggedReply, ValueItem,
+    LegacyError, LegacyReply, LegacyRequest, ReplyShape, ReplyTo, Tagged, TaggedReply, ValueItem,
 };
 use crate::ShadowError;
 
@@ -108,7 +108,7 @@ pub enum Route<'a> {
     Server(usize),
 }
 
-struct Server<T: From<TaggedReply> + Send + 'static> {
+struct Server<T: Tagged> {
     addr: String,
     conns: Vec<Pipeline<MemcachedCodec<T>>>,
 }
@@ -116,13 +116,13 @@ struct Server<T: From<TaggedReply> + Send + 'static> {
 /// The legacy pool. Dropping it stops its connection tasks. Share it as
 /// `Arc<LegacyPool<T>>`; `T` is the message type of sessions' reply
 /// channels (see [`ReplyTo::Tagged`]).
-pub struct LegacyPool<T: From<TaggedReply> + Send + 'static = TaggedReply> {
+pub struct LegacyPool<T: Tagged = TaggedReply> {
     servers: Vec<Server<T>>,
     placement: Placement,
     settings: PoolSettings,
 }
 
-impl<T: From<TaggedReply> + Send + 'static> std::fmt::Debug for LegacyPool<T> {
+impl<T: Tagged> std::fmt::Debug for LegacyPool<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LegacyPool")
             .field(
@@ -136,7 +136,7 @@ impl<T: From<TaggedReply> + Send + 'static> std::fmt::Debug for LegacyPool<T> {
 
 impl<T> LegacyPool<T>
 where
-    T: From<TaggedReply> + Send + 'static,
+    T: Tagged,
 {
     /// Start the connection tasks (on the current tokio runtime). Servers are
     /// `host:port`; connections come up in the background.
@@ -544,7 +544,7 @@ fn shadow_error(e: LegacyError) -> ShadowError {
 /// in the past becomes a delete.
 impl<T> ShadowSink for LegacyPool<T>
 where
-    T: From<TaggedReply> + Send + 'static,
+    T: Tagged,
 {
     fn apply(&self, op: ShadowOp) -> ApplyFuture {
         let now = unix_now();

@@ -152,7 +152,7 @@ pub fn single(addr: String, timeout_ms: u64) -> LegacyPool {
 /// Wait (bounded) until every server of the pool is connected.
 pub async fn wait_up<T>(pool: &LegacyPool<T>)
 where
-    T: From<memshift_shadow::TaggedReply> + Send + 'static,
+    T: memshift_shadow::reply::Tagged,
 {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pool.all_up() {

@@ -257,7 +257,7 @@ impl RespSession {
             .replies
             .get_or_insert_with(crate::conn::pool::take_channel);
         ReplyTo {
-            tx: channel.tx.clone(),
+            tx: channel.sender(),
             seq,
             part,
         }

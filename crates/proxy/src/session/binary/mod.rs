@@ -121,7 +121,7 @@ impl Session {
     pub(super) fn process_binary_input(&mut self) {
         let limits = self.load_limits();
         let sasl = self.proxy.sasl.is_some();
-        let now = Instant::now();
+        let now = self.conn.input_time();
         while !self.conn.closing && self.room_to_dispatch() {
             if !self.skip_refused() {
                 return;

@@ -82,7 +82,7 @@ impl Session {
     /// `near_cache::coalesce`. One left waiting would be taken out by a
     /// later write of its key and sent after this one.
     fn near_overtake(&mut self, written: Option<u64>) {
-        let Some(tx) = self.replies.as_ref().map(|c| c.tx.clone()) else {
+        let Some(tx) = self.replies.as_ref().map(|c| c.sender()) else {
             self.near_joined = 0;
             return;
         };

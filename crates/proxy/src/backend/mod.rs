@@ -2,19 +2,23 @@
 //! side (`crate::redis`) and the near cache (`crate::near_cache`), which
 //! use these types without importing each other.
 
+pub mod mailbox;
+
 use bytes::Bytes;
 use memshift_protocol::resp::Frame;
-use tokio::sync::mpsc;
+
+pub use mailbox::{Mailbox, ReplySender};
 
 /// Why a backend request got no reply (the engine's, shared with the legacy
 /// pool): `Unavailable`, `Timeout`, `ConnectionLost`, `Busy`.
 pub use memshift_pipeline::BackendError;
 
-/// Where a reply goes: the session's reply channel, tagged with the client
-/// request (`seq`) and which of its backend requests this is (`part`).
+/// Where a reply goes: the session's mailbox (or a channel), tagged with
+/// the client request (`seq`) and which of its backend requests this is
+/// (`part`).
 #[derive(Debug, Clone)]
 pub struct ReplyTo {
-    pub tx: mpsc::UnboundedSender<BackendReply>,
+    pub tx: ReplySender,
     pub seq: u64,
     pub part: u32,
 }
@@ -32,7 +36,7 @@ impl ReplyTo {
 
     fn deliver(self, result: Result<Reply, BackendError>) {
         // The session may be gone (client disconnected): nothing to do then.
-        let _ = self.tx.send(BackendReply {
+        self.tx.send(BackendReply {
             seq: self.seq,
             part: self.part,
             result,
