@@ -3,7 +3,9 @@
 # $THREADS, default 1) over 3 local redis-servers, pinned like compare.sh
 # (servers on CPU 1, load on CPU 0); an open-loop 90/10 load at RATE
 # requests/s over 50 connections for DUR seconds (default 5). Prints the
-# latency, memshift's own CPU per request (/proc/<pid>/stat utime + stime),
+# latency, memshift's own CPU per request (/proc/<pid>/stat utime + stime;
+# the user-space part, utime, in brackets: the kernel splits the two by
+# sampling at its tick, so it is coarser than the total),
 # with STRACE=1 a `strace -c -f` of memshift during the run (syscalls per
 # request; it slows memshift a lot), with PERF=1 `perf stat` syscall
 # (futex and write: tokio's cross-thread wake-ups), context-switch and
