@@ -19,7 +19,9 @@
 //! A mailbox's slot is freed when its session goes quiet (nothing in
 //! flight) and the slot's generation moves on: a late reply addressed to
 //! the old generation (for a request that already timed out) is dropped,
-//! as the session would have dropped it.
+//! as the session would have dropped it. The table keeps as many slots as
+//! the thread ever had busy sessions at once (≈ 56 bytes each, reused);
+//! a slot keeps a small reply queue's room, not a pipelined burst's.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;

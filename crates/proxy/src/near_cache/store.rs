@@ -125,10 +125,16 @@ pub enum Lookup {
     Miss(Option<Ticket>),
 }
 
-/// Look `key` up for a read of the shard that `tracking` watches.
-pub fn lookup(near: &NearCache, tracking: &Arc<Tracking>, key: &[u8], limits: &Limits) -> Lookup {
+/// Look `key` up for a read of the shard that `tracking` watches, made at
+/// `now` (the request's start: an entry live then is served).
+pub fn lookup(
+    near: &NearCache,
+    tracking: &Arc<Tracking>,
+    key: &[u8],
+    limits: &Limits,
+    now: Instant,
+) -> Lookup {
     let hash = super::hash(key);
-    let now = Instant::now();
     let Some(generation) = tracking.current() else {
         return Lookup::Miss(None);
     };

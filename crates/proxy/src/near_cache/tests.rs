@@ -1,6 +1,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 
@@ -44,7 +45,7 @@ fn hit(data: &'static [u8]) -> Hit {
 }
 
 fn ticket(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
-    match lookup(n, t, key, l) {
+    match lookup(n, t, key, l, Instant::now()) {
         Lookup::Miss(Some(ticket)) => ticket,
         Lookup::Miss(None) => panic!("not admitted"),
         Lookup::Hit(_) => panic!("unexpected hit"),
@@ -52,7 +53,7 @@ fn ticket(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
 }
 
 fn served(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Option<Hit> {
-    match lookup(n, t, key, l) {
+    match lookup(n, t, key, l, Instant::now()) {
         Lookup::Hit(h) => Some(h),
         Lookup::Miss(_) => None,
     }
@@ -61,7 +62,10 @@ fn served(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Option<Hi
 #[test]
 fn second_read_is_admitted_then_served_with_flags_and_cas() {
     let (n, t, l) = (near(), live(), limits(2));
-    assert!(matches!(lookup(&n, &t, b"adm", &l), Lookup::Miss(None)));
+    assert!(matches!(
+        lookup(&n, &t, b"adm", &l, Instant::now()),
+        Lookup::Miss(None)
+    ));
     let tk = ticket(&n, &t, b"adm", &l);
     fill(&n, tk, b"adm", &hit(b"v"), -1, &l);
     let h = served(&n, &t, b"adm", &l).expect("served");
@@ -88,7 +92,10 @@ fn a_lost_or_dropped_shard_serves_nothing_it_had() {
     let tk = ticket(&n, &t, b"a", &l);
     fill(&n, tk, b"a", &hit(b"v"), -1, &l);
     t.lost();
-    assert!(matches!(lookup(&n, &t, b"a", &l), Lookup::Miss(None)));
+    assert!(matches!(
+        lookup(&n, &t, b"a", &l, Instant::now()),
+        Lookup::Miss(None)
+    ));
     t.tracking_again();
     assert!(served(&n, &t, b"a", &l).is_none());
     // A fill whose read was sent before a drop is refused.
@@ -239,7 +246,10 @@ fn a_write_through_entry_lives_no_longer_than_its_exptime() {
 }
 
 fn ticket_after_admission(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
-    assert!(matches!(lookup(n, t, key, l), Lookup::Miss(None)));
+    assert!(matches!(
+        lookup(n, t, key, l, Instant::now()),
+        Lookup::Miss(None)
+    ));
     ticket(n, t, key, l)
 }
 

@@ -43,7 +43,9 @@ fn lookup(routes: &Routes, shard: usize, key: &[u8], limits: &Limits) -> Lookup 
         .get(shard)
         .and_then(|s| s.tracking.as_ref());
     match (crate::near_cache::get(), tracking) {
-        (Some(near), Some(tracking)) => store::lookup(near, tracking, key, limits),
+        (Some(near), Some(tracking)) => {
+            store::lookup(near, tracking, key, limits, tokio::time::Instant::now())
+        }
         _ => Lookup::Miss(None),
     }
 }

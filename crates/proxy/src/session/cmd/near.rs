@@ -226,7 +226,10 @@ impl Session {
         ) else {
             return Lookup::Miss(None);
         };
-        store::lookup(near, tracking, key, &self.near_limits)
+        // The request's start (its read's clock reading), not another
+        // clock read per get: an entry is served if it was live when the
+        // request came in.
+        store::lookup(near, tracking, key, &self.near_limits, self.current_start)
     }
 
     /// A get/gets of `key` read from Redis answered `item` (with `pttl`
