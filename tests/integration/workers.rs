@@ -98,3 +98,73 @@ fn every_worker_serves_its_share_of_the_connections() {
         );
     }
 }
+
+/// `connections_per_shard` not a multiple of the worker count: some
+/// sessions' shard connections run on another worker, so their replies
+/// cross threads (through the home worker's mailbox inbox,
+/// `backend::mailbox`). Every client still reads its own writes, in order,
+/// one request at a time, pipelined, and in multi-gets over every shard.
+#[test]
+fn replies_from_another_workers_connections_arrive_in_order() {
+    if !require_tools(
+        "replies_from_another_workers_connections_arrive_in_order",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let cluster = Cluster::start_with(ClusterOptions {
+        server_extra: format!("threads = {WORKERS}\n"),
+        redis_extra: "connections_per_shard = 2\n".to_string(),
+        timeout_ms: 5000,
+        ..ClusterOptions::default()
+    });
+    let clients: Vec<McClient> = (0..WORKERS * PER_WORKER)
+        .map(|_| cluster.client())
+        .collect();
+    let loads: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(c, mut client)| {
+            thread::spawn(move || {
+                for round in 0..ROUNDS / 4 {
+                    let keys: Vec<String> = (0..10).map(|k| format!("x{c}-{k}")).collect();
+                    // Ten sets and a multi-get of all ten, in one write.
+                    let mut batch = Vec::new();
+                    let mut expect = Vec::new();
+                    for key in &keys {
+                        let value = format!("{c}:{round}:{key}");
+                        batch.extend_from_slice(
+                            format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                        );
+                        expect.extend_from_slice(b"STORED\r\n");
+                    }
+                    batch.extend_from_slice(format!("get {}\r\n", keys.join(" ")).as_bytes());
+                    for key in &keys {
+                        let value = format!("{c}:{round}:{key}");
+                        expect.extend_from_slice(
+                            format!("VALUE {key} 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                        );
+                    }
+                    expect.extend_from_slice(b"END\r\n");
+                    client.send(&batch).expect("send");
+                    let got = client.read_exact_n(expect.len()).expect("replies");
+                    assert_eq!(
+                        String::from_utf8_lossy(&got),
+                        String::from_utf8_lossy(&expect),
+                        "client {c}, round {round}"
+                    );
+                    let one = &keys[round % keys.len()];
+                    let got = client.get(one).expect("get");
+                    assert_eq!(
+                        got.as_deref(),
+                        Some(format!("{c}:{round}:{one}").as_bytes()),
+                        "{one}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for l in loads {
+        l.join().expect("client thread");
+    }
+}
