@@ -5,9 +5,10 @@
 //! thread of the session it is for. Then it goes straight into the
 //! session's queue in a table of this thread's (a `RefCell`, no atomic
 //! operation) and wakes the session: no channel, no reference count per
-//! request. Replaced a tokio `mpsc` channel per session, whose send, receive
-//! and sender clone and drop were ≈ 2.5 % of the proxy's CPU per request on
-//! the unpipelined get path (BENCHMARKS.md, "Where a request's CPU goes").
+//! request. It replaced a tokio `mpsc` channel per session (a sender clone
+//! and drop, a send and a receive per backend request: 8–10 atomic
+//! operations); measured, the proxy's user-space time per unpipelined
+//! request fell by ≈ 0.3 µs (BENCHMARKS.md, "Reply mailboxes, A/B").
 //!
 //! A reply from another thread (a shared replica or invalidation
 //! connection, a lane count that is not a multiple of the worker count)
