@@ -104,11 +104,18 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// The memshift binary under test: `MEMSHIFT_BIN`, else
-/// `<target>/debug/memshift`. Panics with instructions when it is missing.
+/// `<target>/debug/memshift`. Panics with instructions when it is missing,
+/// or (the default binary) older than a source file of the workspace's
+/// crates: `cargo test -p memshift-tests` does not rebuild it, and a test
+/// run against a stale binary passes or fails for the old code.
 pub fn memshift_bin() -> PathBuf {
     let bin = match std::env::var_os("MEMSHIFT_BIN") {
         Some(path) if !path.is_empty() => PathBuf::from(path),
-        _ => target_dir().join("debug").join("memshift"),
+        _ => {
+            let bin = target_dir().join("debug").join("memshift");
+            check_fresh(&bin);
+            bin
+        }
     };
     if !is_executable(&bin) {
         panic!(
@@ -118,4 +125,52 @@ pub fn memshift_bin() -> PathBuf {
         );
     }
     bin
+}
+
+/// Panic if `bin` exists but is older than a crate's `Cargo.toml` or a
+/// `.rs` file under a crate's `src/` (checked once per test process).
+fn check_fresh(bin: &Path) {
+    static STALE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let stale = STALE.get_or_init(|| {
+        let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok()?;
+        let crates = std::fs::read_dir(workspace_root().join("crates")).ok()?;
+        crates.flatten().find_map(|krate| {
+            let manifest = krate.path().join("Cargo.toml");
+            let modified = std::fs::metadata(&manifest).and_then(|m| m.modified());
+            if modified.is_ok_and(|m| m > built) {
+                return Some(manifest);
+            }
+            newer_source(&krate.path().join("src"), built)
+        })
+    });
+    if let Some(source) = stale {
+        panic!(
+            "{} is older than {}: run `cargo build -p memshift-proxy` first \
+             (or set MEMSHIFT_BIN to the binary to test)",
+            bin.display(),
+            source.display()
+        );
+    }
+}
+
+/// A source file under `dir` modified after `than`, if any.
+fn newer_source(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if let Some(found) = newer_source(&path, than) {
+                return Some(found);
+            }
+            continue;
+        }
+        let source = path.extension().is_some_and(|e| e == "rs");
+        let modified = entry.metadata().and_then(|m| m.modified()).ok();
+        if source && modified.is_some_and(|m| m > than) {
+            return Some(path);
+        }
+    }
+    None
 }
