@@ -35,22 +35,46 @@ fn worker_cpu(pid: u32) -> Vec<(String, u64)> {
     out
 }
 
+/// memshift with `WORKERS` workers over 3 shards (`redis_extra` added to
+/// its `[redis]` table); `None` without `redis-server`.
+fn start_workers(test: &str, redis_extra: &str) -> Option<Cluster> {
+    if !require_tools(test, &["redis-server"]) {
+        return None;
+    }
+    Some(Cluster::start_with(ClusterOptions {
+        server_extra: format!("threads = {WORKERS}\n"),
+        redis_extra: redis_extra.to_string(),
+        timeout_ms: 5000,
+        ..ClusterOptions::default()
+    }))
+}
+
+/// `WORKERS * PER_WORKER` clients, connected in order (so the acceptor
+/// hands `PER_WORKER` to each worker), each running `load(index, client)`
+/// on a thread of its own; returns once all have.
+fn each_client(cluster: &Cluster, load: fn(usize, &mut McClient)) {
+    let clients: Vec<McClient> = (0..WORKERS * PER_WORKER)
+        .map(|_| cluster.client())
+        .collect();
+    let loads: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(c, mut client)| thread::spawn(move || load(c, &mut client)))
+        .collect();
+    for l in loads {
+        l.join().expect("client thread");
+    }
+}
+
 /// Three workers: every one serves clients (the acceptor hands connections
 /// out in turn), and every client reads its own writes, over connections
 /// spread on all of them.
 #[test]
 fn every_worker_serves_its_share_of_the_connections() {
-    if !require_tools(
-        "every_worker_serves_its_share_of_the_connections",
-        &["redis-server"],
-    ) {
+    let Some(cluster) = start_workers("every_worker_serves_its_share_of_the_connections", "")
+    else {
         return;
-    }
-    let cluster = Cluster::start_with(ClusterOptions {
-        server_extra: format!("threads = {WORKERS}\n"),
-        timeout_ms: 5000,
-        ..ClusterOptions::default()
-    });
+    };
     let pid = cluster.memshift.pid().expect("memshift runs");
     let before = worker_cpu(pid);
     let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
@@ -65,28 +89,15 @@ fn every_worker_serves_its_share_of_the_connections() {
         "{}",
         cluster.memshift.stderr()
     );
-    // Connected in order, so the acceptor hands out PER_WORKER to each.
-    let clients: Vec<McClient> = (0..WORKERS * PER_WORKER)
-        .map(|_| cluster.client())
-        .collect();
-    let loads: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(c, mut client)| {
-            thread::spawn(move || {
-                for round in 0..ROUNDS {
-                    let key = format!("w{c}-{}", round % 50);
-                    let value = format!("{c}:{round}");
-                    client.set(&key, value.as_bytes()).expect("set");
-                    let got = client.get(&key).expect("get");
-                    assert_eq!(got.as_deref(), Some(value.as_bytes()), "{key}");
-                }
-            })
-        })
-        .collect();
-    for l in loads {
-        l.join().expect("client thread");
-    }
+    each_client(&cluster, |c, client| {
+        for round in 0..ROUNDS {
+            let key = format!("w{c}-{}", round % 50);
+            let value = format!("{c}:{round}");
+            client.set(&key, value.as_bytes()).expect("set");
+            let got = client.get(&key).expect("get");
+            assert_eq!(got.as_deref(), Some(value.as_bytes()), "{key}");
+        }
+    });
     let after = worker_cpu(pid);
     // Idle workers only ping their shards (microseconds); each served
     // PER_WORKER * ROUNDS * 2 requests (milliseconds even in release).
@@ -106,65 +117,47 @@ fn every_worker_serves_its_share_of_the_connections() {
 /// one request at a time, pipelined, and in multi-gets over every shard.
 #[test]
 fn replies_from_another_workers_connections_arrive_in_order() {
-    if !require_tools(
+    let Some(cluster) = start_workers(
         "replies_from_another_workers_connections_arrive_in_order",
-        &["redis-server"],
-    ) {
+        "connections_per_shard = 2\n",
+    ) else {
         return;
-    }
-    let cluster = Cluster::start_with(ClusterOptions {
-        server_extra: format!("threads = {WORKERS}\n"),
-        redis_extra: "connections_per_shard = 2\n".to_string(),
-        timeout_ms: 5000,
-        ..ClusterOptions::default()
+    };
+    each_client(&cluster, |c, client| {
+        for round in 0..ROUNDS / 4 {
+            let keys: Vec<String> = (0..10).map(|k| format!("x{c}-{k}")).collect();
+            // Ten sets and a multi-get of all ten, in one write.
+            let mut batch = Vec::new();
+            let mut expect = Vec::new();
+            for key in &keys {
+                let value = format!("{c}:{round}:{key}");
+                batch.extend_from_slice(
+                    format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                );
+                expect.extend_from_slice(b"STORED\r\n");
+            }
+            batch.extend_from_slice(format!("get {}\r\n", keys.join(" ")).as_bytes());
+            for key in &keys {
+                let value = format!("{c}:{round}:{key}");
+                expect.extend_from_slice(
+                    format!("VALUE {key} 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                );
+            }
+            expect.extend_from_slice(b"END\r\n");
+            client.send(&batch).expect("send");
+            let got = client.read_exact_n(expect.len()).expect("replies");
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&expect),
+                "client {c}, round {round}"
+            );
+            let one = &keys[round % keys.len()];
+            let got = client.get(one).expect("get");
+            assert_eq!(
+                got.as_deref(),
+                Some(format!("{c}:{round}:{one}").as_bytes()),
+                "{one}"
+            );
+        }
     });
-    let clients: Vec<McClient> = (0..WORKERS * PER_WORKER)
-        .map(|_| cluster.client())
-        .collect();
-    let loads: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(c, mut client)| {
-            thread::spawn(move || {
-                for round in 0..ROUNDS / 4 {
-                    let keys: Vec<String> = (0..10).map(|k| format!("x{c}-{k}")).collect();
-                    // Ten sets and a multi-get of all ten, in one write.
-                    let mut batch = Vec::new();
-                    let mut expect = Vec::new();
-                    for key in &keys {
-                        let value = format!("{c}:{round}:{key}");
-                        batch.extend_from_slice(
-                            format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
-                        );
-                        expect.extend_from_slice(b"STORED\r\n");
-                    }
-                    batch.extend_from_slice(format!("get {}\r\n", keys.join(" ")).as_bytes());
-                    for key in &keys {
-                        let value = format!("{c}:{round}:{key}");
-                        expect.extend_from_slice(
-                            format!("VALUE {key} 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
-                        );
-                    }
-                    expect.extend_from_slice(b"END\r\n");
-                    client.send(&batch).expect("send");
-                    let got = client.read_exact_n(expect.len()).expect("replies");
-                    assert_eq!(
-                        String::from_utf8_lossy(&got),
-                        String::from_utf8_lossy(&expect),
-                        "client {c}, round {round}"
-                    );
-                    let one = &keys[round % keys.len()];
-                    let got = client.get(one).expect("get");
-                    assert_eq!(
-                        got.as_deref(),
-                        Some(format!("{c}:{round}:{one}").as_bytes()),
-                        "{one}"
-                    );
-                }
-            })
-        })
-        .collect();
-    for l in loads {
-        l.join().expect("client thread");
-    }
 }

@@ -194,10 +194,7 @@ impl Home {
     /// Queue `reply` in its slot (dropped for a stale address); the waker
     /// to wake.
     fn put(&mut self, addr: LocalAddr, reply: BackendReply) -> Option<Waker> {
-        let slot = self
-            .slots
-            .get_mut(addr.slot as usize)
-            .filter(|s| s.gen == addr.gen)?;
+        let slot = self.slot(addr)?;
         slot.replies.push_back(reply);
         slot.waker.take()
     }
@@ -219,11 +216,7 @@ impl Home {
     }
 
     fn close(&mut self, addr: LocalAddr) {
-        let Some(slot) = self
-            .slots
-            .get_mut(addr.slot as usize)
-            .filter(|s| s.gen == addr.gen)
-        else {
+        let Some(slot) = self.slot(addr) else {
             return;
         };
         slot.gen = slot.gen.wrapping_add(1);
@@ -237,6 +230,7 @@ impl Home {
         self.free.push(addr.slot);
     }
 
+    /// The slot at `addr`, if it is still in that generation.
     fn slot(&mut self, addr: LocalAddr) -> Option<&mut Slot> {
         self.slots
             .get_mut(addr.slot as usize)
@@ -270,21 +264,20 @@ impl std::fmt::Debug for Mailbox {
 impl Mailbox {
     /// A slot in this thread's table if it is a home, else a channel.
     pub fn open() -> Mailbox {
-        let local = HOME
-            .try_with(|h| h.try_borrow_mut().ok()?.as_mut().map(Home::open))
-            .ok()
-            .flatten();
-        let kind = match local {
-            Some(addr) => Kind::Local(addr),
-            None => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                Kind::Channel { tx, rx }
-            }
-        };
-        Mailbox { kind }
+        Mailbox::local().unwrap_or_else(Mailbox::channel)
     }
 
-    /// A channel, whatever the thread (tests).
+    /// A slot in this thread's table; `None` off a home.
+    pub fn local() -> Option<Mailbox> {
+        HOME.try_with(|h| h.try_borrow_mut().ok()?.as_mut().map(Home::open))
+            .ok()
+            .flatten()
+            .map(|addr| Mailbox {
+                kind: Kind::Local(addr),
+            })
+    }
+
+    /// A channel, whatever the thread.
     pub fn channel() -> Mailbox {
         let (tx, rx) = mpsc::unbounded_channel();
         Mailbox {

@@ -29,10 +29,10 @@ use bytes::BytesMut;
 use tokio::io::AsyncRead;
 use tokio::time::Instant;
 
+use crate::backend::Mailbox;
 use crate::metrics::Protocol as Front;
 use crate::proxy::{Proxy, Settings};
 use crate::redis::BackendReply;
-pub use pool::ReplyChannel;
 pub use push::{Push, PushSender, Pushes};
 pub use queue::{Entry, Queue};
 pub use serve::{read_ready, run, FIRST_WRITE};
@@ -144,7 +144,7 @@ pub struct Io<'a, E> {
     /// table, opened with the first backend request and closed when the
     /// connection goes quiet (off the workers, a pooled channel, handed
     /// back unless a backend still holds a sender).
-    pub replies: &'a mut Option<ReplyChannel>,
+    pub replies: &'a mut Option<Mailbox>,
     pub state: &'a mut State,
     /// Unsolicited frames, for a protocol that has them (`push`).
     pub pushes: Option<&'a mut Pushes>,

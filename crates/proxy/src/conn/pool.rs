@@ -25,10 +25,6 @@ const KEEP: usize = 64;
 /// must not pin its buffer for ever).
 const MAX_KEPT_CAPACITY: usize = 32 * 1024;
 
-/// A session's replies arrive here (it hands out a sender with each
-/// backend request).
-pub type ReplyChannel = Mailbox;
-
 /// What a buffer is for: each kind has its own list, so that a small read
 /// buffer is not handed out where a command buffer of 4 KiB is wanted.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +37,8 @@ pub enum Buffer {
 #[derive(Default)]
 struct Pool {
     buffers: [Vec<BytesMut>; 3],
-    channels: Vec<ReplyChannel>,
+    /// Channels (off the workers; a mailbox slot is not pooled).
+    channels: Vec<Mailbox>,
 }
 
 /// A protocol's free list of queue storage (one per entry type: a
@@ -98,13 +95,10 @@ pub fn give_queue<E>(pool: &'static LocalKey<QueuePool<E>>, mut queue: VecDeque<
 }
 
 /// A mailbox slot on a worker; elsewhere a pooled channel.
-pub fn take_channel() -> ReplyChannel {
-    let mailbox = Mailbox::open();
-    if mailbox.is_local() {
-        return mailbox;
-    }
-    POOL.with(|p| p.borrow_mut().channels.pop())
-        .unwrap_or(mailbox)
+pub fn take_mailbox() -> Mailbox {
+    Mailbox::local()
+        .or_else(|| POOL.with(|p| p.borrow_mut().channels.pop()))
+        .unwrap_or_else(Mailbox::channel)
 }
 
 /// Keep a channel for another session, but only when no sender is still
@@ -112,17 +106,17 @@ pub fn take_channel() -> ReplyChannel {
 /// with a sequence number, into another session): such a channel is handed
 /// back to its session. A mailbox slot is closed (its late replies are
 /// dropped).
-pub fn give_channel(channel: ReplyChannel) -> Option<ReplyChannel> {
-    if channel.is_local() {
+pub fn give_mailbox(mailbox: Mailbox) -> Option<Mailbox> {
+    if mailbox.is_local() {
         return None;
     }
-    if !channel.is_quiet() {
-        return Some(channel);
+    if !mailbox.is_quiet() {
+        return Some(mailbox);
     }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         if p.channels.len() < KEEP {
-            p.channels.push(channel);
+            p.channels.push(mailbox);
         }
     });
     None

@@ -21,10 +21,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::deadline::Deadline;
-use super::pool::{self, Buffer, ReplyChannel};
+use super::pool::{self, Buffer};
 use super::push::{Push, Pushes};
 use super::shutdown::Shutdown;
 use super::{End, Entry, Protocol};
+use crate::backend::Mailbox;
 use crate::redis::BackendReply;
 use crate::stats::bump;
 
@@ -71,18 +72,18 @@ where
     }
 }
 
-/// Quiet (or done): hand the buffers, queue storage and reply channel to
-/// the thread's pool.
+/// Quiet (or done): hand the buffers, queue storage and reply mailbox to
+/// the thread's pool (a mailbox slot is closed).
 fn give_back<P: Protocol>(p: &mut P) {
     let io = p.io();
     pool::give_buffer(Buffer::Read, std::mem::take(io.rbuf));
     pool::give_buffer(Buffer::Write, std::mem::take(io.wbuf));
     pool::give_buffer(Buffer::Command, std::mem::take(io.cmd_buf));
     io.queue.give_storage();
-    if let Some(channel) = io.replies.take() {
+    if let Some(mailbox) = io.replies.take() {
         // A channel with a sender still out stays with this connection
         // (its replies carry this connection's sequence numbers).
-        *io.replies = pool::give_channel(channel);
+        *io.replies = pool::give_mailbox(mailbox);
     }
     p.give_back();
 }
@@ -415,15 +416,15 @@ async fn recv_push(pushes: Option<&mut Pushes>) -> Option<Push> {
 }
 
 /// The next backend reply; never, while there is no channel.
-async fn recv_reply(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
+async fn recv_reply(replies: &mut Option<Mailbox>) -> Option<BackendReply> {
     match replies {
         Some(channel) => channel.recv().await,
         None => std::future::pending().await,
     }
 }
 
-fn try_recv(replies: &mut Option<ReplyChannel>) -> Option<BackendReply> {
-    replies.as_mut().and_then(ReplyChannel::try_recv)
+fn try_recv(replies: &mut Option<Mailbox>) -> Option<BackendReply> {
+    replies.as_mut().and_then(Mailbox::try_recv)
 }
 
 /// What [`transfer`] did.

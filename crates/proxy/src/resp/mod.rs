@@ -25,7 +25,8 @@ use memshift_protocol::resp::request::{RequestLimits, RequestParser, MAX_REQUEST
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use crate::conn::{self, End, Pushes, Queue, ReplyChannel, State};
+use crate::backend::Mailbox;
+use crate::conn::{self, End, Pushes, Queue, State};
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
@@ -59,7 +60,7 @@ pub struct RespSession {
     /// The requests read, in the client's order.
     pending: Queue<Pending>,
     /// Where backends send their replies (see `conn::Io::replies`).
-    replies: Option<ReplyChannel>,
+    replies: Option<Mailbox>,
     /// The connection engine's state (closing, draining, limits).
     conn: State,
     cas: CasGenerator,

@@ -12,7 +12,7 @@
 //!   (a parsed request → backend requests, through the router) and render
 //!   (finished requests → reply bytes, counters, shadow writes).
 //! * `pending`: the queue entries, in the client's order.
-//! * `pool`: buffers and reply channels shared by the thread's sessions.
+//! * `pool`: buffers and reply mailboxes shared by the thread's sessions.
 //! * `binary`: connections whose first byte is `0x80` (memcached's binary
 //!   protocol), served through the same commands.
 
@@ -31,7 +31,8 @@ use memshift_protocol::memcache::{
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use crate::conn::{self, Queue, ReplyChannel, State};
+use crate::backend::Mailbox;
+use crate::conn::{self, Queue, State};
 use crate::metrics::{command_index, Protocol};
 use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
@@ -60,7 +61,7 @@ pub struct Session {
     /// When the input being processed arrived.
     current_start: Instant,
     /// Where backends send their replies (see `conn::Io::replies`).
-    replies: Option<ReplyChannel>,
+    replies: Option<Mailbox>,
     /// The connection engine's state (closing, draining, limits).
     conn: State,
     cas: CasGenerator,

@@ -55,7 +55,7 @@ impl Session {
     }
 
     pub(super) fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
-        let channel = self.replies.get_or_insert_with(pool::take_channel);
+        let channel = self.replies.get_or_insert_with(pool::take_mailbox);
         ReplyTo {
             tx: channel.sender(),
             seq,

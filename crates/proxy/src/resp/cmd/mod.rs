@@ -255,7 +255,7 @@ impl RespSession {
     fn reply_to(&mut self, seq: u64, part: u32) -> ReplyTo {
         let channel = self
             .replies
-            .get_or_insert_with(crate::conn::pool::take_channel);
+            .get_or_insert_with(crate::conn::pool::take_mailbox);
         ReplyTo {
             tx: channel.sender(),
             seq,
