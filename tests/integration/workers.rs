@@ -161,3 +161,72 @@ fn replies_from_another_workers_connections_arrive_in_order() {
         }
     });
 }
+
+/// The same over the RESP port: ten `SET`s and an `MGET` of the ten in one
+/// write, from clients whose replies cross threads, answered byte for byte
+/// in order.
+#[test]
+fn resp_replies_from_another_workers_connections_arrive_in_order() {
+    use std::io::{Read, Write};
+
+    use memshift_tests::resp_proxy::start_resp_memshift;
+    use memshift_tests::RedisServer;
+
+    if !require_tools(
+        "resp_replies_from_another_workers_connections_arrive_in_order",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let shards: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let addrs: Vec<String> = shards.iter().map(RedisServer::addr).collect();
+    let (_memshift, resp_port, _) = start_resp_memshift(&addrs, |opts| {
+        opts.server_extra
+            .push_str(&format!("threads = {WORKERS}\n"));
+        opts.redis_extra.push_str("connections_per_shard = 2\n");
+        opts.timeout_ms = 5000;
+    });
+    let loads: Vec<_> = (0..WORKERS * PER_WORKER)
+        .map(|c| {
+            let mut conn = std::net::TcpStream::connect(("127.0.0.1", resp_port)).expect("connect");
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .expect("timeout");
+            thread::spawn(move || {
+                for round in 0..ROUNDS / 4 {
+                    let keys: Vec<String> = (0..10).map(|k| format!("r{c}-{k}")).collect();
+                    let mut batch = Vec::new();
+                    let mut expect = Vec::new();
+                    let mut mget = format!("*{}\r\n$4\r\nMGET\r\n", keys.len() + 1);
+                    let mut values = format!("*{}\r\n", keys.len());
+                    for key in &keys {
+                        let value = format!("{c}:{round}:{key}");
+                        batch.extend_from_slice(
+                            format!(
+                                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+                                key.len(),
+                                value.len()
+                            )
+                            .as_bytes(),
+                        );
+                        expect.extend_from_slice(b"+OK\r\n");
+                        mget.push_str(&format!("${}\r\n{key}\r\n", key.len()));
+                        values.push_str(&format!("${}\r\n{value}\r\n", value.len()));
+                    }
+                    batch.extend_from_slice(mget.as_bytes());
+                    expect.extend_from_slice(values.as_bytes());
+                    conn.write_all(&batch).expect("send");
+                    let mut got = vec![0u8; expect.len()];
+                    conn.read_exact(&mut got).expect("replies");
+                    assert_eq!(
+                        String::from_utf8_lossy(&got),
+                        String::from_utf8_lossy(&expect),
+                        "client {c}, round {round}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for l in loads {
+        l.join().expect("client thread");
+    }
+}
