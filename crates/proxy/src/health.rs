@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use memshift_protocol::resp::{encode_command, Frame};
 
 use crate::redis::Reply;
-use crate::router::RedisBackends;
+use crate::router::{eject, RedisBackends};
 
 /// Runs until the Redis generation it watches is replaced and dropped.
 pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_after: u32) {
@@ -29,14 +29,14 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
         failures.resize(backends.shards.len(), 0);
         let results = ping_all(&backends).await;
         let mut changed = false;
-        for (i, ok) in results.into_iter().enumerate() {
+        for (i, &ok) in results.iter().enumerate() {
             let shard = &backends.shards[i];
             if ok {
                 failures[i] = 0;
                 if !shard.is_healthy() {
                     // Under eject: first remove what would read stale.
                     if backends.ejects() {
-                        match crate::router::eject::clean_until_settled(&backends, i).await {
+                        match eject::prepare_rejoin(&backends, i).await {
                             Ok(c) => tracing::info!(
                                 shard = %shard.id,
                                 deleted_keys = c.keys,
@@ -57,6 +57,12 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
             } else {
                 failures[i] = failures[i].saturating_add(1);
                 if failures[i] >= eject_after && shard.is_healthy() {
+                    if backends.ejects() {
+                        if let Err(e) = eject::prepare_ejection(&backends, i, &results).await {
+                            tracing::warn!(shard = %shard.id, error = ?e, "down shard stays in the ring (its keys fail): deleting the fallbacks' copies of its keys failed; retried at the next check");
+                            continue;
+                        }
+                    }
                     tracing::warn!(shard = %shard.id, failures = failures[i], "redis shard marked down");
                     shard.set_healthy(false);
                     changed = true;
@@ -65,16 +71,6 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
         }
         if changed {
             backends.health_changed();
-            if backends.ejects() {
-                // Writes routed away at the instant the ring switched.
-                for (i, shard) in backends.shards.iter().enumerate() {
-                    if shard.is_healthy() {
-                        if let Err(e) = crate::router::eject::clean(&backends, i).await {
-                            tracing::warn!(shard = %shard.id, error = ?e, "cleaning keys diverted during the rejoin failed; retried at the next check");
-                        }
-                    }
-                }
-            }
         }
     }
 }

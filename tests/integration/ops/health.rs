@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use memshift_tests::ops_support::{http_get, wait_until};
-use memshift_tests::{escape, require_tools, Cluster, McClient};
+use memshift_tests::{escape, require_tools, Cluster, McClient, Resp};
 
 use super::{assert_get, key, opts, reload, value, write_and_place, POLL, REACT, TIMEOUT_MS};
 
@@ -425,6 +425,18 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
         1,
         "the frozen shard's keys to move",
     );
+    // Round 1 as the fallback holds it, to plant it again in 1b.
+    let mut fallback = cluster.shards[1].client();
+    let round_1: Vec<Vec<u8>> = victims
+        .iter()
+        .map(|&i| {
+            let k = key(PREFIX, i);
+            match fallback.cmd(&[b"DUMP", k.as_bytes()]).expect("DUMP") {
+                Resp::Bulk(Some(dump)) => dump,
+                other => panic!("round 1 of {k} is not on the fallback: {other:?}"),
+            }
+        })
+        .collect();
     let rejoins = healthy_again_count(&cluster);
     cluster.shards[0].signal(libc::SIGCONT);
     wait_until(REACT, POLL, "the resumed shard to rejoin", || {
@@ -432,6 +444,20 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
     });
     let misses_after_rejoin =
         assert_not_stale(&cluster, PREFIX, &victims, 1, "after the shard rejoined");
+
+    // 1b. A round-1 write that reached the fallback after the rejoin's
+    //     delete (it travelled on another connection): planted there
+    //     directly, as that race leaves it.
+    for (&i, dump) in victims.iter().zip(&round_1) {
+        let k = key(PREFIX, i);
+        let reply = fallback
+            .cmd(&[b"RESTORE", k.as_bytes(), b"0", dump, b"REPLACE"])
+            .expect("RESTORE on the fallback");
+        assert!(
+            matches!(&reply, Resp::Simple(ok) if ok == "OK"),
+            "plant {k}: {reply:?}"
+        );
+    }
 
     // 2. Round 2 is written where the keys live now (the rejoined shard),
     //    then that shard dies: the fallback must not serve round 1.

@@ -2,7 +2,7 @@
 //! `router::eject` for why and what is done with them).
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
@@ -10,13 +10,29 @@ use bytes::Bytes;
 pub const MAX_DIVERTED_KEYS: usize = 100_000;
 
 /// The keys of one shard that were routed to another shard while it was
-/// ejected. Only touched while a shard is ejected (degraded mode), so its
-/// lock is never taken on the normal request path.
+/// ejected. Only touched while a shard is ejected or rejoining (degraded
+/// mode), so its lock is never taken on the normal request path.
 #[derive(Debug, Default)]
 pub struct Diverted {
-    keys: Mutex<DivertedKeys>,
+    state: Mutex<State>,
 }
 
+#[derive(Debug, Default)]
+struct State {
+    /// Diverted since the last clean-up round.
+    pending: DivertedKeys,
+    /// Deleted everywhere before the owner last rejoined. A write routed
+    /// to a fallback just before that may still have landed there after
+    /// the delete; these are deleted from the other shards again before
+    /// the owner's next ejection, when its keys would be read there.
+    cleaned: DivertedKeys,
+    /// The owner's last clean-up round has started: its writes are no
+    /// longer diverted (they are refused until the ring takes the owner
+    /// back), so nothing escapes that round.
+    closed: bool,
+}
+
+/// A set of keys, or "too many to list".
 #[derive(Debug, Default)]
 pub struct DivertedKeys {
     pub keys: HashSet<Bytes>,
@@ -28,34 +44,90 @@ impl DivertedKeys {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty() && !self.overflowed
     }
+
+    fn insert(&mut self, key: &[u8]) {
+        if self.overflowed || self.keys.contains(key) {
+            return;
+        }
+        if self.keys.len() >= MAX_DIVERTED_KEYS {
+            self.overflow();
+            return;
+        }
+        self.keys.insert(Bytes::copy_from_slice(key));
+    }
+
+    fn merge(&mut self, other: DivertedKeys) {
+        if self.overflowed || other.overflowed {
+            return self.overflow();
+        }
+        self.keys.extend(other.keys);
+        if self.keys.len() > MAX_DIVERTED_KEYS {
+            self.overflow();
+        }
+    }
+
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.keys = HashSet::new();
+    }
 }
 
 impl Diverted {
-    pub fn record(&self, key: &[u8]) {
-        let mut d = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        if d.overflowed || d.keys.contains(key) {
-            return;
-        }
-        if d.keys.len() >= MAX_DIVERTED_KEYS {
-            d.overflowed = true;
-            d.keys = HashSet::new();
-            return;
-        }
-        d.keys.insert(Bytes::copy_from_slice(key));
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Remember `key`, about to be written on a fallback; false when the
+    /// owner is rejoining and the write must be refused instead.
+    #[must_use]
+    pub fn record(&self, key: &[u8]) -> bool {
+        let mut s = self.state();
+        if s.closed {
+            return false;
+        }
+        s.pending.insert(key);
+        true
+    }
+
+    /// The keys diverted since the last round, for a clean-up round.
     pub fn take(&self) -> DivertedKeys {
-        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut self.state().pending)
     }
 
-    /// Put back what a failed clean-up did not finish.
+    /// `take` for the last round before the rejoin: from now on the
+    /// owner's writes are refused, not diverted.
+    pub fn close_and_take(&self) -> DivertedKeys {
+        let mut s = self.state();
+        s.closed = true;
+        std::mem::take(&mut s.pending)
+    }
+
+    /// A round deleted `taken` everywhere.
+    pub fn cleaned(&self, taken: DivertedKeys) {
+        self.state().cleaned.merge(taken);
+    }
+
+    /// Put back what a failed round did not finish, and divert again (the
+    /// owner stays ejected).
     pub fn restore(&self, taken: DivertedKeys) {
-        let mut d = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        d.overflowed |= taken.overflowed;
-        if d.overflowed {
-            d.keys = HashSet::new();
-        } else {
-            d.keys.extend(taken.keys);
+        let mut s = self.state();
+        s.pending.merge(taken);
+        s.closed = false;
+    }
+
+    /// Before an ejection: the keys whose copies the fallbacks may still
+    /// hold from the previous one.
+    pub fn take_cleaned(&self) -> DivertedKeys {
+        std::mem::take(&mut self.state().cleaned)
+    }
+
+    /// Their copies were removed; the owner is being ejected: divert its
+    /// writes again. On a failed removal, `copies` is kept for a retry.
+    pub fn ejecting(&self, copies: Result<(), DivertedKeys>) {
+        let mut s = self.state();
+        match copies {
+            Ok(()) => s.closed = false,
+            Err(kept) => s.cleaned.merge(kept),
         }
     }
 }
@@ -67,29 +139,52 @@ mod tests {
     #[test]
     fn records_each_key_once_and_overflows_to_a_flag() {
         let d = Diverted::default();
-        d.record(b"a");
-        d.record(b"a");
-        d.record(b"b");
+        assert!(d.record(b"a"));
+        assert!(d.record(b"a"));
+        assert!(d.record(b"b"));
         let taken = d.take();
         assert_eq!(taken.keys.len(), 2);
         assert!(!taken.overflowed);
         assert!(d.take().is_empty());
 
         for i in 0..=MAX_DIVERTED_KEYS {
-            d.record(i.to_string().as_bytes());
+            assert!(d.record(i.to_string().as_bytes()));
         }
         let taken = d.take();
         assert!(taken.overflowed && taken.keys.is_empty());
     }
 
     #[test]
-    fn a_failed_clean_up_keeps_its_keys() {
+    fn a_failed_clean_up_keeps_its_keys_and_diverts_again() {
         let d = Diverted::default();
-        d.record(b"a");
-        let taken = d.take();
-        d.record(b"b");
+        assert!(d.record(b"a"));
+        let taken = d.close_and_take();
+        assert!(!d.record(b"b"), "closed: refused");
         d.restore(taken);
+        assert!(d.record(b"b"), "restored: diverted again");
         let back = d.take();
         assert_eq!(back.keys.len(), 2);
+    }
+
+    #[test]
+    fn the_last_round_refuses_writes_until_the_next_ejection() {
+        let d = Diverted::default();
+        assert!(d.record(b"a"));
+        let first = d.take();
+        d.cleaned(first);
+        assert!(d.record(b"b"));
+        let last = d.close_and_take();
+        d.cleaned(last);
+        assert!(!d.record(b"c"), "rejoining or back: nothing is diverted");
+
+        let copies = d.take_cleaned();
+        assert_eq!(copies.keys.len(), 2, "every round's keys");
+        d.ejecting(Err(copies));
+        assert!(!d.record(b"c"), "the copies are not removed yet");
+        let copies = d.take_cleaned();
+        assert_eq!(copies.keys.len(), 2, "kept for the retry");
+        d.ejecting(Ok(()));
+        assert!(d.record(b"c"));
+        assert!(d.take_cleaned().is_empty());
     }
 }

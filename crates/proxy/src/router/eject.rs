@@ -13,8 +13,20 @@
 //! deleted on every shard: a read after the rejoin is then the newest write
 //! or a miss. When more keys were diverted than remembered, the owner is
 //! flushed and the other shards are scanned for copies of its keys instead.
-//! The list is cleaned once more right after the ring switches (writes that
-//! were being routed at that instant).
+//!
+//! Two races are closed on top (both seen under load, test
+//! `ops::faults::faults_eject_rejoins_under_load_never_read_stale`):
+//! * a write diverted after the last delete round and acknowledged by the
+//!   fallback, then read from the rejoined owner's older copy: the last
+//!   round closes the list, and from then on the owner's writes are
+//!   refused (a fast `SERVER_ERROR`, for the milliseconds until the ring
+//!   takes it back; a session routing on the ring it loaded before the
+//!   switch is refused too);
+//! * a write diverted before a delete round but reaching its fallback after
+//!   it (another connection, or still in its session): its copy outlives
+//!   the clean-up. The keys of every round are kept, and deleted once more
+//!   on the fallbacks before the owner's next ejection, while its keys
+//!   still route to it (they fail meanwhile, as under `"fail"`).
 //!
 //! The guarantee holds within one memshift process. Several processes each
 //! decide alone when a shard is down: a key diverted by another process is
@@ -29,6 +41,7 @@ use bytes::{Bytes, BytesMut};
 use memshift_protocol::resp::{encode_command, Frame};
 
 use super::RedisBackends as Backends;
+use crate::redis::diverted::DivertedKeys;
 use crate::redis::BackendError;
 
 /// Keys per `DEL` and per `SCAN` page.
@@ -45,78 +58,161 @@ pub struct Cleaned {
     pub scanned_copies: usize,
 }
 
-/// Clean-up rounds before a rejoin: writes diverted while a round runs are
-/// cleaned by the next one, so the ring switches only once a round found
-/// nothing (or after this many, under a constant stream of writes).
+/// Clean-up rounds before a rejoin while writes are still diverted: writes
+/// diverted while a round runs are cleaned by the next one. Then one last
+/// round during which the owner's writes are refused.
 const MAX_ROUNDS: usize = 8;
 
-/// [`clean`] until a round finds nothing left to remove: a key deleted or
-/// written on a fallback while a long clean-up ran must not read its older
-/// value from the owner once it rejoins (what remains after the last round
-/// is cleaned right after the switch).
-pub async fn clean_until_settled(
-    backends: &Backends,
-    owner: usize,
-) -> Result<Cleaned, BackendError> {
-    let mut total = Cleaned::default();
-    for _ in 0..MAX_ROUNDS {
-        let round = clean(backends, owner).await?;
-        if round.keys == 0 && !round.flushed {
-            break;
-        }
-        total.keys += round.keys;
-        total.flushed |= round.flushed;
-        total.scanned_copies += round.scanned_copies;
-    }
-    Ok(total)
-}
-
-/// Remove every value of `owner`'s diverted keys, on every shard, before it
-/// rejoins. On failure the list is kept for the next attempt.
-pub async fn clean(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
+/// Before `owner` rejoins the ring: delete every value of its diverted keys
+/// on every shard, so a read after the rejoin is the newest write or a
+/// miss. Rounds run while writes are still diverted, until one finds
+/// nothing (or `MAX_ROUNDS`); the last round closes the list first: from
+/// then until the ring takes the owner back its writes are refused, so
+/// none can be diverted after the last delete and read back from the
+/// owner's older copy once it rejoins. On failure the owner stays ejected
+/// and diverts again.
+pub async fn prepare_rejoin(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
     let Some(shard) = backends.shards.get(owner) else {
         return Ok(Cleaned::default());
     };
-    let taken = shard.diverted.take();
+    let mut total = Cleaned::default();
+    for _ in 0..MAX_ROUNDS {
+        let taken = shard.diverted.take();
+        if taken.is_empty() {
+            break;
+        }
+        total.add(clean_round(backends, owner, taken).await?);
+    }
+    let last = shard.diverted.close_and_take();
+    total.add(clean_round(backends, owner, last).await?);
+    Ok(total)
+}
+
+/// Before `owner` is ejected: a write routed to a fallback just before its
+/// last rejoin may have landed after that rejoin's delete; the keys of its
+/// last ejection are deleted once more on every other shard that answered
+/// the health check (`answering`, by index), before any read of them goes
+/// there. Until this succeeds the owner stays in the ring (its keys fail,
+/// as under `on_shard_down = "fail"`).
+pub async fn prepare_ejection(
+    backends: &Backends,
+    owner: usize,
+    answering: &[bool],
+) -> Result<(), BackendError> {
+    let Some(shard) = backends.shards.get(owner) else {
+        return Ok(());
+    };
+    let copies = shard.diverted.take_cleaned();
+    if copies.is_empty() {
+        shard.diverted.ejecting(Ok(()));
+        return Ok(());
+    }
+    let fallbacks: Vec<usize> = (0..backends.shards.len())
+        .filter(|&s| s != owner && answering.get(s) == Some(&true))
+        .collect();
+    let result = if copies.overflowed {
+        delete_copies_by_scan(backends, owner, &fallbacks)
+            .await
+            .map(|_| ())
+    } else {
+        delete_on(backends, &fallbacks, &copies.keys).await
+    };
+    match result {
+        Ok(()) => {
+            shard.diverted.ejecting(Ok(()));
+            Ok(())
+        }
+        Err(e) => {
+            shard.diverted.ejecting(Err(copies));
+            Err(e)
+        }
+    }
+}
+
+impl Cleaned {
+    fn add(&mut self, round: Cleaned) {
+        self.keys += round.keys;
+        self.flushed |= round.flushed;
+        self.scanned_copies += round.scanned_copies;
+    }
+}
+
+/// Delete `taken` (keys of `owner`) on every shard; on failure they go back
+/// to the list and the owner diverts again.
+async fn clean_round(
+    backends: &Backends,
+    owner: usize,
+    taken: DivertedKeys,
+) -> Result<Cleaned, BackendError> {
+    let Some(shard) = backends.shards.get(owner) else {
+        return Ok(Cleaned::default());
+    };
     if taken.is_empty() {
         return Ok(Cleaned::default());
     }
+    let every: Vec<usize> = (0..backends.shards.len()).collect();
     let result = if taken.overflowed {
         flush_and_scan(backends, owner).await
     } else {
-        delete_everywhere(backends, &taken.keys).await
+        delete_on(backends, &every, &taken.keys)
+            .await
+            .map(|()| Cleaned {
+                keys: taken.keys.len(),
+                ..Cleaned::default()
+            })
     };
-    if result.is_err() {
-        shard.diverted.restore(taken);
+    match result {
+        Ok(c) => {
+            shard.diverted.cleaned(taken);
+            Ok(c)
+        }
+        Err(e) => {
+            shard.diverted.restore(taken);
+            Err(e)
+        }
     }
-    result
 }
 
-async fn delete_everywhere(
+async fn delete_on(
     backends: &Backends,
+    shards: &[usize],
     keys: &HashSet<Bytes>,
-) -> Result<Cleaned, BackendError> {
+) -> Result<(), BackendError> {
     let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
     for batch in keys.chunks(BATCH) {
         let cmd = del_command(batch.iter().copied());
-        for shard in 0..backends.shards.len() {
+        for &shard in shards {
             expect_ok(backends.call(shard, cmd.clone()).await)?;
         }
     }
-    Ok(Cleaned {
-        keys: keys.len(),
-        ..Cleaned::default()
-    })
+    Ok(())
 }
 
 /// Too many keys to list: flush the owner, and delete the copies of its
-/// keys the other shards hold (found by SCAN, placed by the full ring).
+/// keys the other shards hold.
 async fn flush_and_scan(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
     let mut buf = BytesMut::new();
     encode_command(&mut buf, &[b"FLUSHDB"]);
     expect_ok(backends.call(owner, buf.split().freeze()).await)?;
+    let others: Vec<usize> = (0..backends.shards.len()).filter(|&s| s != owner).collect();
+    let copies = delete_copies_by_scan(backends, owner, &others).await?;
+    Ok(Cleaned {
+        flushed: true,
+        scanned_copies: copies,
+        ..Cleaned::default()
+    })
+}
+
+/// Delete, on each of `shards`, the keys `owner` holds by the full ring
+/// (found by SCAN); the number deleted.
+async fn delete_copies_by_scan(
+    backends: &Backends,
+    owner: usize,
+    shards: &[usize],
+) -> Result<usize, BackendError> {
+    let mut buf = BytesMut::new();
     let mut copies = 0;
-    for shard in (0..backends.shards.len()).filter(|&s| s != owner) {
+    for &shard in shards {
         let mut cursor = Bytes::from_static(b"0");
         loop {
             encode_command(
@@ -148,11 +244,7 @@ async fn flush_and_scan(backends: &Backends, owner: usize) -> Result<Cleaned, Ba
             cursor = next;
         }
     }
-    Ok(Cleaned {
-        flushed: true,
-        scanned_copies: copies,
-        ..Cleaned::default()
-    })
+    Ok(copies)
 }
 
 fn del_command<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Bytes {

@@ -67,6 +67,11 @@ impl Placement {
     }
 }
 
+/// The shard index of a write that may go nowhere now (its ejected owner
+/// is rejoining, `eject`): no shard has it, so `send` fails it as
+/// unavailable without sending it anywhere.
+pub const REFUSED: usize = usize::MAX;
+
 /// Every configured shard on one ring; under the eject policy, a second
 /// ring without the shards marked down.
 #[derive(Debug)]
@@ -103,7 +108,8 @@ impl RingPlacement {
     }
 
     /// Under the eject policy, a write routed away from its ejected owner
-    /// is remembered, to be cleaned before the owner rejoins (`eject`).
+    /// is remembered, to be cleaned before the owner rejoins; while the
+    /// owner is rejoining it is refused instead ([`REFUSED`]; `eject`).
     #[inline]
     fn locate(&self, key: &[u8], access: Access, shards: &[Arc<Shard>]) -> usize {
         match self.policy {
@@ -117,7 +123,9 @@ impl RingPlacement {
                             let owner = self.ring.locate(key);
                             if owner != shard {
                                 if let Some(owner) = shards.get(owner) {
-                                    owner.diverted.record(key);
+                                    if !owner.diverted.record(key) {
+                                        return REFUSED;
+                                    }
                                 }
                             }
                         }
