@@ -5,6 +5,7 @@
 mod clients;
 mod cluster;
 mod cross_protocol;
+mod eject;
 mod hostile;
 mod keyspace;
 mod near_cache;
