@@ -36,7 +36,7 @@ pub async fn monitor(backends: Weak<RedisBackends>, interval: Duration, eject_af
                 if !shard.is_healthy() {
                     // Under eject: first remove what would read stale.
                     if backends.ejects() {
-                        match eject::prepare_rejoin(&backends, i).await {
+                        match eject::prepare_rejoin(&backends, i, &results).await {
                             Ok(c) => tracing::info!(
                                 shard = %shard.id,
                                 deleted_keys = c.keys,

@@ -484,3 +484,113 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
         victims.len()
     );
 }
+
+/// Whether `shard` (asked directly: others may be frozen) holds `key`.
+fn holds(cluster: &Cluster, shard: usize, key: &str) -> bool {
+    cluster.shards[shard]
+        .cmd(&[b"EXISTS", key.as_bytes()])
+        .as_int()
+        == Some(1)
+}
+
+fn marked_down_count(cluster: &Cluster) -> usize {
+    cluster
+        .memshift
+        .stderr()
+        .matches("redis shard marked down")
+        .count()
+}
+
+/// Two shards out at once. Shard 0 is frozen and ejected: its keys move,
+/// some to shard 1 (round 0 there). Shard 1 is frozen too: those keys move
+/// to shard 2 (round 1). Shard 1 rejoins while shard 0 is still out: the
+/// keys route back to it and it must not serve its round 0. Round 2 is
+/// written there; shard 1 is frozen again: shard 2 must not serve round 1.
+#[test]
+fn eject_policy_a_rejoin_while_another_shard_is_out_never_serves_an_older_copy() {
+    if !require_tools(
+        "eject_policy_a_rejoin_while_another_shard_is_out_never_serves_an_older_copy",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    const PREFIX: &str = "twice";
+    let cluster = Cluster::start_with(opts(
+        3,
+        "",
+        "on_shard_down = \"eject\"\neject_after_failures = 1\nhealth_check_interval_ms = 100\nread_errors_as_misses = false",
+    ));
+    let placement = write_and_place(&cluster, PREFIX, 120, 0);
+    let on_0: Vec<usize> = (0..placement.len())
+        .filter(|&i| placement[i] == 0)
+        .collect();
+
+    cluster.shards[0].signal(libc::SIGSTOP);
+    wait_victims_served(&cluster, PREFIX, &on_0, 0, "shard 0's keys to move");
+    let victims: Vec<usize> = on_0
+        .iter()
+        .copied()
+        .filter(|&i| holds(&cluster, 1, &key(PREFIX, i)))
+        .collect();
+    assert!(
+        victims.len() >= 3,
+        "{} of shard 0's keys moved to shard 1",
+        victims.len()
+    );
+
+    cluster.shards[1].signal(libc::SIGSTOP);
+    wait_victims_served(
+        &cluster,
+        PREFIX,
+        &victims,
+        1,
+        "those keys to move to shard 2",
+    );
+    let rejoins = healthy_again_count(&cluster);
+    cluster.shards[1].signal(libc::SIGCONT);
+    wait_until(REACT, POLL, "shard 1 to rejoin", || {
+        (healthy_again_count(&cluster) > rejoins).then_some(())
+    });
+    let misses_rejoin = assert_not_stale(
+        &cluster,
+        PREFIX,
+        &victims,
+        1,
+        "shard 1 rejoined, shard 0 still out",
+    );
+
+    let mut c = cluster.client();
+    for &i in &victims {
+        let reply = try_set_on(&mut c, &key(PREFIX, i), &value(PREFIX, i, 2));
+        assert_eq!(reply, b"STORED\r\n", "round 2: {}", escape(&reply, 200));
+        assert!(
+            holds(&cluster, 1, &key(PREFIX, i)),
+            "round 2 of {} goes to the rejoined shard 1",
+            key(PREFIX, i)
+        );
+    }
+    let downs = marked_down_count(&cluster);
+    cluster.shards[1].signal(libc::SIGSTOP);
+    wait_until(REACT, POLL, "shard 1 to be ejected again", || {
+        (marked_down_count(&cluster) > downs).then_some(())
+    });
+    wait_until(REACT, POLL, "the keys to be served again", || {
+        read_all(&cluster, PREFIX, &victims[..1])[0]
+            .is_ok()
+            .then_some(())
+    });
+    let misses_again = assert_not_stale(
+        &cluster,
+        PREFIX,
+        &victims,
+        2,
+        "shard 1 ejected again, shard 0 still out",
+    );
+    for s in &cluster.shards[..2] {
+        s.signal(libc::SIGCONT);
+    }
+    eprintln!(
+        "eject, two shards out: {} keys; misses after the rejoin {misses_rejoin}, after the second ejection {misses_again}",
+        victims.len()
+    );
+}

@@ -56,7 +56,7 @@ impl DivertedKeys {
         self.keys.insert(Bytes::copy_from_slice(key));
     }
 
-    fn merge(&mut self, other: DivertedKeys) {
+    pub fn merge(&mut self, other: DivertedKeys) {
         if self.overflowed || other.overflowed {
             return self.overflow();
         }
@@ -121,13 +121,30 @@ impl Diverted {
         std::mem::take(&mut self.state().cleaned)
     }
 
-    /// Their copies were removed; the owner is being ejected: divert its
-    /// writes again. On a failed removal, `copies` is kept for a retry.
-    pub fn ejecting(&self, copies: Result<(), DivertedKeys>) {
+    /// Removing the fallbacks' copies failed: kept for the next attempt.
+    pub fn sweep_failed(&self, copies: DivertedKeys) {
+        self.state().cleaned.merge(copies);
+    }
+
+    /// The fallbacks' copies were removed; the owner is being ejected:
+    /// divert its writes again. `unswept`: keys whose copies a shard that
+    /// did not answer may still hold; they join the list, which a shard
+    /// rejoining while the owner is out deletes on itself.
+    pub fn ejecting(&self, unswept: Option<DivertedKeys>) {
         let mut s = self.state();
-        match copies {
-            Ok(()) => s.closed = false,
-            Err(kept) => s.cleaned.merge(kept),
+        s.closed = false;
+        if let Some(keys) = unswept {
+            s.pending.merge(keys);
+        }
+    }
+
+    /// A copy of the keys diverted since the last round (for another
+    /// shard's rejoin, which deletes them on itself).
+    pub fn pending(&self) -> DivertedKeys {
+        let s = self.state();
+        DivertedKeys {
+            keys: s.pending.keys.clone(),
+            overflowed: s.pending.overflowed,
         }
     }
 }
@@ -179,12 +196,26 @@ mod tests {
 
         let copies = d.take_cleaned();
         assert_eq!(copies.keys.len(), 2, "every round's keys");
-        d.ejecting(Err(copies));
+        d.sweep_failed(copies);
         assert!(!d.record(b"c"), "the copies are not removed yet");
         let copies = d.take_cleaned();
         assert_eq!(copies.keys.len(), 2, "kept for the retry");
-        d.ejecting(Ok(()));
+        d.ejecting(None);
         assert!(d.record(b"c"));
         assert!(d.take_cleaned().is_empty());
+        assert_eq!(d.pending().keys.len(), 1, "a copy");
+        assert_eq!(d.take().keys.len(), 1);
+    }
+
+    #[test]
+    fn keys_a_silent_shard_was_not_swept_of_join_the_list() {
+        let d = Diverted::default();
+        assert!(d.record(b"a"));
+        let taken = d.close_and_take();
+        d.cleaned(taken);
+        let copies = d.take_cleaned();
+        d.ejecting(Some(copies));
+        assert!(d.record(b"b"));
+        assert_eq!(d.take().keys.len(), 2);
     }
 }

@@ -28,6 +28,14 @@
 //!   on the fallbacks before the owner's next ejection, while its keys
 //!   still route to it (they fail meanwhile, as under `"fail"`).
 //!
+//! Deletes go to the shards that answered the health check: one dead shard
+//! does not keep another out. What a silent shard was not swept of, it
+//! deletes on itself when it rejoins; and a shard rejoining while another
+//! is still out deletes its copies of the other's diverted keys (it served
+//! them before it went down, and some route to it again), keeping them for
+//! the sweep before its own next ejection (test
+//! `ops::health::eject_policy_a_rejoin_while_another_shard_is_out_never_serves_an_older_copy`).
+//!
 //! The guarantee holds within one memshift process. Several processes each
 //! decide alone when a shard is down: a key diverted by another process is
 //! deleted when that process sees the rejoin, so for one health-check
@@ -64,36 +72,82 @@ pub struct Cleaned {
 const MAX_ROUNDS: usize = 8;
 
 /// Before `owner` rejoins the ring: delete every value of its diverted keys
-/// on every shard, so a read after the rejoin is the newest write or a
-/// miss. Rounds run while writes are still diverted, until one finds
-/// nothing (or `MAX_ROUNDS`); the last round closes the list first: from
-/// then until the ring takes the owner back its writes are refused, so
-/// none can be diverted after the last delete and read back from the
-/// owner's older copy once it rejoins. On failure the owner stays ejected
-/// and diverts again.
-pub async fn prepare_rejoin(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
+/// on every shard that answered the health check (`answering`, by index),
+/// so a read after the rejoin is the newest write or a miss. Rounds run
+/// while writes are still diverted, until one finds nothing (or
+/// `MAX_ROUNDS`); the last round closes the list first: from then until
+/// the ring takes the owner back its writes are refused, so none can be
+/// diverted after the last delete and read back from the owner's older copy
+/// once it rejoins. Then the owner's copies of keys of shards still ejected
+/// (written while it served them) are deleted too: some of those keys
+/// route to it again. On failure the owner stays ejected and diverts again.
+pub async fn prepare_rejoin(
+    backends: &Backends,
+    owner: usize,
+    answering: &[bool],
+) -> Result<Cleaned, BackendError> {
     let Some(shard) = backends.shards.get(owner) else {
         return Ok(Cleaned::default());
     };
+    let targets: Vec<usize> = (0..backends.shards.len())
+        .filter(|&s| s == owner || answering.get(s) == Some(&true))
+        .collect();
     let mut total = Cleaned::default();
     for _ in 0..MAX_ROUNDS {
         let taken = shard.diverted.take();
         if taken.is_empty() {
             break;
         }
-        total.add(clean_round(backends, owner, taken).await?);
+        total.add(clean_round(backends, owner, taken, &targets).await?);
     }
     let last = shard.diverted.close_and_take();
-    total.add(clean_round(backends, owner, last).await?);
+    total.add(clean_round(backends, owner, last, &targets).await?);
+    if let Err(e) = delete_copies_of_the_ejected(backends, owner).await {
+        shard.diverted.restore(DivertedKeys::default());
+        return Err(e);
+    }
     Ok(total)
+}
+
+/// The rejoining `owner` may hold copies of keys of shards still ejected
+/// (written there while it served them, before it went down); the others
+/// have served those keys since. Its copies are deleted (by list; by scan
+/// when a list overflowed) and the keys kept for the sweep before its own
+/// next ejection: the copies on the shards that serve them now outlive the
+/// switch.
+async fn delete_copies_of_the_ejected(
+    backends: &Backends,
+    owner: usize,
+) -> Result<(), BackendError> {
+    let mut keys = DivertedKeys::default();
+    for (_, other) in backends
+        .shards
+        .iter()
+        .enumerate()
+        .filter(|&(s, other)| s != owner && !other.is_healthy())
+    {
+        keys.merge(other.diverted.pending());
+    }
+    if keys.overflowed {
+        delete_unowned_by_scan(backends, owner).await?;
+    } else if !keys.keys.is_empty() {
+        delete_on(backends, &[owner], &keys.keys).await?;
+    }
+    if let Some(shard) = backends.shards.get(owner) {
+        shard.diverted.cleaned(keys);
+    }
+    Ok(())
 }
 
 /// Before `owner` is ejected: a write routed to a fallback just before its
 /// last rejoin may have landed after that rejoin's delete; the keys of its
 /// last ejection are deleted once more on every other shard that answered
-/// the health check (`answering`, by index), before any read of them goes
-/// there. Until this succeeds the owner stays in the ring (its keys fail,
-/// as under `on_shard_down = "fail"`).
+/// the health check (`answering`, by index; never on a key's own shard),
+/// before any read of them goes there. Until this succeeds the owner stays
+/// in the ring (its keys fail, as under `on_shard_down = "fail"`). A shard
+/// that did not answer is swept when it rejoins: the keys go back to the
+/// owner's list, which a rejoining shard deletes on itself while the owner
+/// is out.
 pub async fn prepare_ejection(
     backends: &Backends,
     owner: usize,
@@ -104,7 +158,7 @@ pub async fn prepare_ejection(
     };
     let copies = shard.diverted.take_cleaned();
     if copies.is_empty() {
-        shard.diverted.ejecting(Ok(()));
+        shard.diverted.ejecting(None);
         return Ok(());
     }
     let fallbacks: Vec<usize> = (0..backends.shards.len())
@@ -115,15 +169,16 @@ pub async fn prepare_ejection(
             .await
             .map(|_| ())
     } else {
-        delete_on(backends, &fallbacks, &copies.keys).await
+        delete_off_their_shard(backends, &fallbacks, &copies.keys).await
     };
     match result {
         Ok(()) => {
-            shard.diverted.ejecting(Ok(()));
+            let missed = fallbacks.len() + 1 < backends.shards.len();
+            shard.diverted.ejecting(missed.then_some(copies));
             Ok(())
         }
         Err(e) => {
-            shard.diverted.ejecting(Err(copies));
+            shard.diverted.sweep_failed(copies);
             Err(e)
         }
     }
@@ -137,12 +192,13 @@ impl Cleaned {
     }
 }
 
-/// Delete `taken` (keys of `owner`) on every shard; on failure they go back
+/// Delete `taken` (keys of `owner`) on `targets`; on failure they go back
 /// to the list and the owner diverts again.
 async fn clean_round(
     backends: &Backends,
     owner: usize,
     taken: DivertedKeys,
+    targets: &[usize],
 ) -> Result<Cleaned, BackendError> {
     let Some(shard) = backends.shards.get(owner) else {
         return Ok(Cleaned::default());
@@ -150,11 +206,10 @@ async fn clean_round(
     if taken.is_empty() {
         return Ok(Cleaned::default());
     }
-    let every: Vec<usize> = (0..backends.shards.len()).collect();
     let result = if taken.overflowed {
-        flush_and_scan(backends, owner).await
+        flush_and_scan(backends, owner, targets).await
     } else {
-        delete_on(backends, &every, &taken.keys)
+        delete_on(backends, targets, &taken.keys)
             .await
             .map(|()| Cleaned {
                 keys: taken.keys.len(),
@@ -188,19 +243,55 @@ async fn delete_on(
     Ok(())
 }
 
+/// `delete_on`, except on the shard each key belongs to (where it may be
+/// live).
+async fn delete_off_their_shard(
+    backends: &Backends,
+    shards: &[usize],
+    keys: &HashSet<Bytes>,
+) -> Result<(), BackendError> {
+    for &shard in shards {
+        let theirs: Vec<&[u8]> = keys
+            .iter()
+            .filter(|k| backends.owner(k) != shard)
+            .map(|k| &k[..])
+            .collect();
+        for batch in theirs.chunks(BATCH) {
+            expect_ok(
+                backends
+                    .call(shard, del_command(batch.iter().copied()))
+                    .await,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Too many keys to list: flush the owner, and delete the copies of its
-/// keys the other shards hold.
-async fn flush_and_scan(backends: &Backends, owner: usize) -> Result<Cleaned, BackendError> {
+/// keys the other `targets` hold.
+async fn flush_and_scan(
+    backends: &Backends,
+    owner: usize,
+    targets: &[usize],
+) -> Result<Cleaned, BackendError> {
     let mut buf = BytesMut::new();
     encode_command(&mut buf, &[b"FLUSHDB"]);
     expect_ok(backends.call(owner, buf.split().freeze()).await)?;
-    let others: Vec<usize> = (0..backends.shards.len()).filter(|&s| s != owner).collect();
+    let others: Vec<usize> = targets.iter().copied().filter(|&s| s != owner).collect();
     let copies = delete_copies_by_scan(backends, owner, &others).await?;
     Ok(Cleaned {
         flushed: true,
         scanned_copies: copies,
         ..Cleaned::default()
     })
+}
+
+/// Delete every key on `shard` that another shard owns (while it is out of
+/// the ring, none of them is live there).
+async fn delete_unowned_by_scan(backends: &Backends, shard: usize) -> Result<(), BackendError> {
+    scan_and_delete(backends, shard, |owner| owner != shard)
+        .await
+        .map(|_| ())
 }
 
 /// Delete, on each of `shards`, the keys `owner` holds by the full ring
@@ -210,41 +301,52 @@ async fn delete_copies_by_scan(
     owner: usize,
     shards: &[usize],
 ) -> Result<usize, BackendError> {
-    let mut buf = BytesMut::new();
     let mut copies = 0;
     for &shard in shards {
-        let mut cursor = Bytes::from_static(b"0");
-        loop {
-            encode_command(
-                &mut buf,
-                &[b"SCAN", &cursor[..], b"COUNT", BATCH.to_string().as_bytes()],
-            );
-            let reply = expect_ok(backends.call(shard, buf.split().freeze()).await)?;
-            let Frame::Array(parts) = reply else {
-                return Err(BackendError::Unavailable);
-            };
-            let (next, found) = match parts.as_slice() {
-                [Frame::Bulk(next), Frame::Array(found)] => (next.clone(), found),
-                _ => return Err(BackendError::Unavailable),
-            };
-            let theirs: Vec<&[u8]> = found
-                .iter()
-                .filter_map(|f| match f {
-                    Frame::Bulk(k) if backends.owner(k) == owner => Some(&k[..]),
-                    _ => None,
-                })
-                .collect();
-            if !theirs.is_empty() {
-                copies += theirs.len();
-                expect_ok(backends.call(shard, del_command(theirs.into_iter())).await)?;
-            }
-            if &next[..] == b"0" {
-                break;
-            }
-            cursor = next;
-        }
+        copies += scan_and_delete(backends, shard, |o| o == owner).await?;
     }
     Ok(copies)
+}
+
+/// SCAN `shard` and delete the keys whose owner (by the full ring)
+/// `doomed` picks; the number deleted.
+async fn scan_and_delete(
+    backends: &Backends,
+    shard: usize,
+    doomed: impl Fn(usize) -> bool,
+) -> Result<usize, BackendError> {
+    let mut buf = BytesMut::new();
+    let mut deleted = 0;
+    let mut cursor = Bytes::from_static(b"0");
+    loop {
+        encode_command(
+            &mut buf,
+            &[b"SCAN", &cursor[..], b"COUNT", BATCH.to_string().as_bytes()],
+        );
+        let reply = expect_ok(backends.call(shard, buf.split().freeze()).await)?;
+        let Frame::Array(parts) = reply else {
+            return Err(BackendError::Unavailable);
+        };
+        let (next, found) = match parts.as_slice() {
+            [Frame::Bulk(next), Frame::Array(found)] => (next.clone(), found),
+            _ => return Err(BackendError::Unavailable),
+        };
+        let keys: Vec<&[u8]> = found
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Bulk(k) if doomed(backends.owner(k)) => Some(&k[..]),
+                _ => None,
+            })
+            .collect();
+        if !keys.is_empty() {
+            deleted += keys.len();
+            expect_ok(backends.call(shard, del_command(keys.into_iter())).await)?;
+        }
+        if &next[..] == b"0" {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
 }
 
 fn del_command<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Bytes {
