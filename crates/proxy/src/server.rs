@@ -300,10 +300,13 @@ impl Conn {
             Front::Memcached => Session::new(proxy.clone(), id).run(stream).await,
             Front::Resp => RespSession::new(proxy.clone(), id).run(stream).await,
         };
+        // The slot first: once the gauge shows the connection gone, a new
+        // one must be admitted (the limit test counts on it; on a busy box
+        // the other order refused the 5th of 5 connections).
+        drop(permit);
         crate::trim::note_release();
         proxy.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
         proxy.metrics.client_disconnected(transport);
-        drop(permit);
         if let SessionEnd::Io(e) = &end {
             tracing::debug!(error = %e, transport = transport.as_str(), "client connection error");
         }
