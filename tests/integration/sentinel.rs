@@ -623,6 +623,65 @@ fn sentinel_manual_failover_demoted_primary_is_not_written() {
     );
 }
 
+/// A RESP session's held connection (its `WATCH`) to a primary Sentinel
+/// replaces is dropped at the switch: the `EXEC` after it is aborted (the
+/// watch is gone), never acknowledged by the old primary and then lost.
+/// The old primary accepts writes even once demoted
+/// (`replica-read-only no`), so a transaction sent to it would succeed.
+#[test]
+fn sentinel_failover_drops_a_held_connection_to_the_old_primary() {
+    let Some(s) = setup(1, false) else {
+        return;
+    };
+    let shard = &s.topo.shards[0];
+    let old = s.topo.primary_of(&shard.name);
+    let ok = Resp::Simple("OK".into());
+    assert_eq!(
+        shard
+            .node(&old)
+            .cmd(&[b"CONFIG", b"SET", b"replica-read-only", b"no"]),
+        ok
+    );
+    let mut c = memshift_tests::RedisClient::connect(&s.resp, Duration::from_secs(10))
+        .expect("connect to the RESP port");
+    assert_eq!(c.cmd(&[b"WATCH", b"held:k"]).expect("WATCH"), ok);
+
+    let reply = s.topo.sentinels[0]
+        .cmd(&[b"SENTINEL", b"FAILOVER", shard.name.as_bytes()])
+        .expect("SENTINEL FAILOVER");
+    assert_eq!(reply, ok);
+    let (new, _) = s.topo.wait_switch(&shard.name, &old, FAILOVER_WITHIN);
+    wait_followed(&s, &shard.name);
+
+    assert_eq!(c.cmd(&[b"MULTI"]).expect("MULTI"), ok);
+    assert_eq!(
+        c.cmd(&[b"SET", b"held:k", b"v"]).expect("SET"),
+        Resp::Simple("QUEUED".into())
+    );
+    let exec = c.cmd(&[b"EXEC"]).expect("EXEC");
+    let on_new = shard.node(&new).cmd(&[b"GET", b"held:k"]);
+    assert_eq!(
+        exec,
+        Resp::Array(None),
+        "EXEC after the switch must abort (the WATCH died with the old primary's connection); \
+         the new primary holds {on_new:?}"
+    );
+    // The next transaction runs on the new primary.
+    assert_eq!(c.cmd(&[b"MULTI"]).expect("MULTI"), ok);
+    c.cmd(&[b"SET", b"held:k", b"w"]).expect("SET");
+    let exec = c.cmd(&[b"EXEC"]).expect("EXEC");
+    assert_eq!(exec, Resp::Array(Some(vec![ok.clone()])));
+    assert_eq!(
+        c.cmd(&[b"GET", b"held:k"]).expect("GET"),
+        Resp::Bulk(Some(b"w".to_vec()))
+    );
+    assert_eq!(
+        shard.node(&new).cmd(&[b"EXISTS", b"held:k"]).as_int(),
+        Some(1),
+        "on the new primary"
+    );
+}
+
 #[test]
 fn sentinel_list_reloads_live() {
     // Told about the first sentinel only, then (SIGHUP) about the other

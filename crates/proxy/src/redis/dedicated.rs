@@ -200,14 +200,24 @@ async fn run(
     loop {
         let job = match conn.as_mut() {
             // Connected and idle: a connection that says anything (or
-            // closes) now is broken; a WATCH on it is gone.
+            // closes) now is broken; a WATCH on it is gone. So is one to a
+            // primary Sentinel replaced: a transaction sent there could be
+            // acknowledged and then lost when it is demoted.
+            // The move is checked first: a job that comes after memshift
+            // learnt of the switch never goes to the old primary.
             Some(c) => tokio::select! {
-                job = jobs.recv() => job,
+                biased;
+                () = connector.moved() => {
+                    clean.store(false, Ordering::Release);
+                    conn = None;
+                    continue;
+                }
                 _ = c.reader.read_buf(&mut c.buf) => {
                     clean.store(false, Ordering::Release);
                     conn = None;
                     continue;
                 }
+                job = jobs.recv() => job,
             },
             None => jobs.recv().await,
         };
