@@ -12,7 +12,8 @@
 use std::time::Duration;
 
 use memshift_tests::redis_cluster::RedisClusterNodes;
-use memshift_tests::{require_tools, McClient, Unit};
+use memshift_tests::resp_proxy::wait_for_resp_listener;
+use memshift_tests::{free_port, require_tools, McClient, RedisClient, Resp, Unit};
 
 const TOOLS: &[&str] = &["redis-server", "redis-cli"];
 /// Keys of one slot (one hash tag), each set then read `ROUNDS` times in
@@ -79,20 +80,12 @@ fn cluster_redirects_keep_a_clients_pipelined_order() {
 /// first) to another master behind memshift's back, then one pipelined
 /// write of set/get pairs. The first replies redirect and make memshift
 /// re-read the slot map while the rest of the pipeline is being
-/// dispatched: requests routed by the new map go to the new node directly
-/// and must not get there before the earlier ones still being redirected.
-///
-/// Known gap (docs/cluster.md): this fails in about one run of five
-/// (`{ord}k19: want 0-0, got (miss)`: the `set` routed by the old map, the
-/// `get` 10 µs later by the new one, sent directly). A session barrier on a
-/// map-change counter (dispatch nothing new while requests routed before
-/// the change wait) did not close it: the map swap and the routing run on
-/// different threads, so the counter and the map a request was routed by
-/// can disagree. Closing it needs the map a session's waiting requests
-/// were routed by pinned for its next ones (they go to the old node and
-/// follow the same `-MOVED`, in order) until they are answered.
+/// dispatched: a request routed by the new map would go to the new node
+/// directly and could get there before the earlier ones still being
+/// redirected (one run in five did, `{ord}k19: want 0-0, got (miss)`,
+/// before `redis::route_pin`: the session routes by the map its waiting
+/// requests were routed by).
 #[test]
-#[ignore = "known ordering gap across a slot-map refresh: docs/cluster.md"]
 fn cluster_moved_mid_pipeline_keeps_a_clients_order() {
     if !require_tools("cluster_moved_mid_pipeline_keeps_a_clients_order", TOOLS) {
         return;
@@ -133,6 +126,82 @@ fn cluster_moved_mid_pipeline_keeps_a_clients_order() {
     assert!(
         reordered.is_empty(),
         "{} gets did not see the set pipelined just before them; first: {:?}",
+        reordered.len(),
+        &reordered[..reordered.len().min(10)]
+    );
+}
+
+/// The same over the RESP port: pipelined `SET`/`GET` pairs across slot
+/// moves behind memshift's back.
+#[test]
+fn cluster_moved_mid_pipeline_keeps_a_resp_clients_order() {
+    if !require_tools(
+        "cluster_moved_mid_pipeline_keeps_a_resp_clients_order",
+        TOOLS,
+    ) {
+        return;
+    }
+    let nodes = RedisClusterNodes::start();
+    let resp_port = free_port();
+    let (memshift, _) = nodes.memshift_with(
+        &format!("resp_listen = \"127.0.0.1:{resp_port}\""),
+        "timeout_ms = 5000\ncluster_refresh_ms = 600000\nconnections_per_shard = 4\n",
+    );
+    wait_for_resp_listener(&memshift, resp_port);
+    let slot = nodes.keyslot("{ord}");
+    let slot_arg = slot.to_string();
+    let mut c = RedisClient::connect(&format!("127.0.0.1:{resp_port}"), Duration::from_secs(30))
+        .expect("connect to the RESP port");
+    let mut reordered = Vec::new();
+    for m in 0..MOVES {
+        let from = nodes.master_of(slot);
+        let to = nodes
+            .masters()
+            .into_iter()
+            .find(|&i| i != from)
+            .expect("another master");
+        for i in 0..KEYS {
+            nodes.cmd(from, &[b"DEL", key(i).as_bytes()]);
+        }
+        let to_id = nodes.node_id(to);
+        for i in 0..6 {
+            nodes.cmd(
+                i,
+                &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), b"NODE", &to_id],
+            );
+        }
+        nodes.wait_ok();
+        let keys: Vec<String> = (0..KEYS).map(key).collect();
+        let values: Vec<String> = (0..ROUNDS).map(|r| format!("{m}-{r}")).collect();
+        let mut cmds: Vec<[&[u8]; 3]> = Vec::new();
+        let mut gets: Vec<[&[u8]; 2]> = Vec::new();
+        for v in &values {
+            for k in &keys {
+                cmds.push([b"SET", k.as_bytes(), v.as_bytes()]);
+                gets.push([b"GET", k.as_bytes()]);
+            }
+        }
+        let mut pipeline: Vec<&[&[u8]]> = Vec::new();
+        for (set, get) in cmds.iter().zip(&gets) {
+            pipeline.push(set);
+            pipeline.push(get);
+        }
+        let replies = c.pipeline(&pipeline).expect("pipeline");
+        for (pair, (set, get)) in replies.chunks(2).zip(cmds.iter().zip(&gets)) {
+            assert_eq!(pair[0], Resp::Simple("OK".into()), "{set:?}");
+            if pair[1] != Resp::Bulk(Some(set[2].to_vec())) {
+                reordered.push(format!(
+                    "{}: want {}, got {:?}",
+                    String::from_utf8_lossy(get[1]),
+                    String::from_utf8_lossy(set[2]),
+                    pair[1]
+                ));
+            }
+        }
+    }
+    assert!(
+        reordered.is_empty(),
+        "{} GETs did not see the SET pipelined just before them; first: {:?}",
         reordered.len(),
         &reordered[..reordered.len().min(10)]
     );

@@ -11,6 +11,7 @@ use std::thread::LocalKey;
 use tokio::time::Instant;
 
 use super::pool::{self, QueuePool};
+use crate::redis::route_pin;
 
 /// Requests waiting on backends before the connection stops dispatching
 /// (and reading from its client).
@@ -95,6 +96,9 @@ pub struct Queue<E> {
     /// Expected size of a reply: the largest recent one (halved by each
     /// smaller one), for `MAX_IN_FLIGHT_BYTES`.
     reply_estimate: usize,
+    /// The Redis Cluster slot map the waiting entries were routed by (0:
+    /// none), which the next ones are routed by too (`redis::route_pin`).
+    routed_by: u64,
 }
 
 impl<E: Entry> Default for Queue<E> {
@@ -105,6 +109,7 @@ impl<E: Entry> Default for Queue<E> {
             waiting: 0,
             bytes: 0,
             reply_estimate: FIRST_REPLY_ESTIMATE,
+            routed_by: 0,
         }
     }
 }
@@ -113,10 +118,28 @@ impl<E: Entry> Queue<E> {
     /// Room for another backend request: few enough in flight, by count
     /// and by expected reply bytes (a slow reader's large replies must not
     /// fill the shared backend connections; it waits for its own instead).
+    ///
+    /// Also sets this thread's slot-map pin for the dispatch that follows
+    /// (`redis::route_pin`): while entries wait, the next request is routed
+    /// by their map; and none is dispatched while that map is older than
+    /// the newest, so the session moves to the newest once they are
+    /// answered.
     #[inline]
     pub fn room(&self) -> bool {
-        self.waiting < MAX_WAITING
-            && self.waiting.saturating_mul(self.reply_estimate) < MAX_IN_FLIGHT_BYTES
+        if self.waiting >= MAX_WAITING
+            || self.waiting.saturating_mul(self.reply_estimate) >= MAX_IN_FLIGHT_BYTES
+        {
+            return false;
+        }
+        if self.waiting == 0 {
+            route_pin::pin(0);
+            return true;
+        }
+        if self.routed_by != 0 && self.routed_by != route_pin::latest() {
+            return false;
+        }
+        route_pin::pin(self.routed_by);
+        true
     }
 
     /// More queued than a client that reads its replies would have.
@@ -158,6 +181,9 @@ impl<E: Entry> Queue<E> {
     #[inline]
     pub fn push_waiting(&mut self, entry: E) -> u64 {
         let seq = self.next_seq();
+        if self.waiting == 0 || self.routed_by == 0 {
+            self.routed_by = route_pin::used();
+        }
         self.waiting += 1;
         self.entries.push_back(entry);
         seq

@@ -12,7 +12,8 @@
 //! split between the two nodes, or missing) is answered by one `GET` per
 //! key instead, each following its own `-ASK`.
 
-use std::sync::{Arc, Weak};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, Notify};
 use super::connection::ConnectionSettings;
 pub use super::redirect::Redirect;
 use super::redirect::RedirectHook;
+use super::route_pin;
 use super::shard::Shard;
 use super::topology::{self, Topology};
 use super::{BackendError, BackendRequest, Reply, ReplyTo, Routed};
@@ -52,6 +54,10 @@ pub struct Cluster {
     /// of the live node table too).
     pub shards: Vec<Arc<Shard>>,
     map: ArcSwap<SlotMap>,
+    /// The maps before `map`, newest last (at most `route_pin::KEPT_MAPS`),
+    /// for sessions pinned to one (`route_pin`). Read only while a pinned
+    /// session routes after a change.
+    kept: Mutex<VecDeque<Arc<SlotMap>>>,
     refresh: Arc<Notify>,
     /// `redis.timeout_ms`: retries of `TRYAGAIN`/`CLUSTERDOWN` fit in it.
     timeout: Duration,
@@ -68,6 +74,17 @@ struct SlotMap {
     nodes: Vec<Option<Arc<Shard>>>,
     /// `owner[slot]`: index into `nodes`, or `UNOWNED`.
     owner: Box<[u16]>,
+    /// Changes with `owner` (`route_pin`).
+    epoch: u64,
+}
+
+impl SlotMap {
+    fn owner_of(&self, key: &[u8]) -> usize {
+        match self.owner.get(usize::from(key_slot(key))) {
+            Some(&o) if o != UNOWNED => usize::from(o),
+            _ => usize::MAX,
+        }
+    }
 }
 
 /// What starting a node's connections needs, kept for nodes found later.
@@ -154,7 +171,12 @@ impl Cluster {
             let owner = slot_owners(&topo, &nodes);
             Cluster {
                 shards,
-                map: ArcSwap::from_pointee(SlotMap { nodes, owner }),
+                map: ArcSwap::from_pointee(SlotMap {
+                    nodes,
+                    owner,
+                    epoch: route_pin::next_epoch(),
+                }),
+                kept: Mutex::new(VecDeque::new()),
                 refresh: Arc::new(Notify::new()),
                 timeout: Duration::from_millis(redis.timeout_ms),
                 nodes: starter,
@@ -171,13 +193,33 @@ impl Cluster {
 
     /// The node serving `key`'s slot (out of range when none does: the
     /// request then fails as unavailable).
+    ///
+    /// By the map this thread's session is pinned to, while it is kept
+    /// (`route_pin`); the epoch used is recorded for the session.
     #[inline]
     pub fn locate(&self, key: &[u8]) -> usize {
         let map = self.map.load();
-        match map.owner.get(usize::from(key_slot(key))) {
-            Some(&o) if o != UNOWNED => usize::from(o),
-            _ => usize::MAX,
+        let pin = route_pin::pinned();
+        if pin == 0 || pin == map.epoch {
+            route_pin::routed_by(map.epoch);
+            return map.owner_of(key);
         }
+        match self.kept_map(pin) {
+            Some(old) => {
+                route_pin::routed_by(pin);
+                old.owner_of(key)
+            }
+            None => {
+                route_pin::routed_by(map.epoch);
+                map.owner_of(key)
+            }
+        }
+    }
+
+    /// A kept map by its epoch.
+    fn kept_map(&self, epoch: u64) -> Option<Arc<SlotMap>> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.iter().rev().find(|m| m.epoch == epoch).cloned()
     }
 
     /// Queue a request on node `node` (an index `locate` gave).
@@ -437,7 +479,28 @@ impl Cluster {
             }
         }
         let owner = slot_owners(topo, &nodes);
-        self.map.store(Arc::new(SlotMap { nodes, owner }));
+        if owner == old.owner {
+            self.map.store(Arc::new(SlotMap {
+                nodes,
+                owner,
+                epoch: old.epoch,
+            }));
+            return;
+        }
+        // Kept before the new map is visible: a session pinned to the old
+        // one finds it from the moment it can tell the maps apart.
+        {
+            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            kept.push_back(old);
+            while kept.len() > route_pin::KEPT_MAPS {
+                kept.pop_front();
+            }
+        }
+        self.map.store(Arc::new(SlotMap {
+            nodes,
+            owner,
+            epoch: route_pin::next_epoch(),
+        }));
     }
 }
 

@@ -9,6 +9,7 @@ pub mod encoding;
 pub mod primary;
 pub mod redirect;
 pub mod replica;
+pub mod route_pin;
 pub mod scripts;
 pub mod sentinel;
 pub mod shard;
