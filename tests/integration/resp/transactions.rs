@@ -519,3 +519,65 @@ fn drain_closes_a_client_blocked_in_blpop() {
     assert!(!memshift.stderr().contains("panicked"));
     eprintln!("a client blocked in BLPOP was closed {took:?} after SIGTERM");
 }
+
+/// `INFO clients`' `blocked_clients` counts a client waiting in `BLPOP`, as
+/// Redis does: 1 while it waits, 0 once it is answered, and 0 again after a
+/// client that left mid-call. Checked against one plain Redis, then
+/// memshift.
+#[test]
+fn info_blocked_clients_counts_a_client_in_blpop_as_redis_does() {
+    if !require_tools(
+        "info_blocked_clients_counts_a_client_in_blpop_as_redis_does",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let plain = RedisServer::start();
+    let shard = RedisServer::start();
+    let (_memshift, resp, _) = start_resp_memshift(&[shard.addr()], |_| {});
+    for (name, port) in [("redis", plain.port()), ("memshift", resp)] {
+        let mut info = connect(port);
+        let mut blocked = || match cmd(&mut info, "INFO clients") {
+            Resp::Bulk(Some(text)) => String::from_utf8_lossy(&text).lines().find_map(|l| {
+                l.strip_prefix("blocked_clients:")?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            }),
+            other => panic!("{name}: INFO clients: {other:?}"),
+        };
+        assert_eq!(blocked(), Some(0), "{name}: before");
+        let (react, poll) = (Duration::from_secs(20), Duration::from_millis(20));
+        // Answered: pushed to.
+        let mut waiter = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        waiter
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        waiter
+            .write_all(b"*3\r\n$5\r\nBLPOP\r\n$2\r\nbq\r\n$1\r\n0\r\n")
+            .expect("BLPOP");
+        wait_until(react, poll, "the BLPOP to count as blocked", || {
+            (blocked() == Some(1)).then_some(())
+        });
+        let mut pusher = connect(port);
+        assert_eq!(cmd(&mut pusher, "LPUSH bq v"), Resp::Int(1), "{name}");
+        let mut reply = [0u8; 19];
+        waiter.read_exact(&mut reply).expect("BLPOP's reply");
+        assert_eq!(&reply, b"*2\r\n$2\r\nbq\r\n$1\r\nv\r\n", "{name}");
+        wait_until(react, poll, "the answered BLPOP to leave the count", || {
+            (blocked() == Some(0)).then_some(())
+        });
+        // Left mid-call.
+        let mut leaver = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        leaver
+            .write_all(b"*3\r\n$5\r\nBLPOP\r\n$2\r\nbq\r\n$1\r\n0\r\n")
+            .expect("BLPOP");
+        wait_until(react, poll, "the second BLPOP to count as blocked", || {
+            (blocked() == Some(1)).then_some(())
+        });
+        drop(leaver);
+        wait_until(react, poll, "a client that left to leave the count", || {
+            (blocked() == Some(0)).then_some(())
+        });
+    }
+}

@@ -51,6 +51,9 @@ pub struct Stats {
     /// `stats` line: for the drain's closing log line; the metric is
     /// `memshift_drain_dropped_total`).
     pub drain_dropped: AtomicU64,
+    /// RESP clients waiting in a blocking call sent to a shard (RESP INFO's
+    /// `blocked_clients`; `resp::cmd::hold`).
+    pub blocked_clients: AtomicU64,
     /// `stats detail`: per-prefix counts.
     pub prefixes: PrefixStats,
     /// `stats sizes_enable|sizes_disable` (memcached: off by default).

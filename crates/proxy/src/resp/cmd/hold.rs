@@ -25,6 +25,7 @@
 //! sent at all.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,6 +34,7 @@ use tokio::time::Instant;
 
 use super::super::pending::Render;
 use super::super::RespSession;
+use crate::proxy::Proxy;
 use crate::redis::dedicated::{Dedicated, Job};
 use crate::redis::{BackendReply, Reply};
 
@@ -62,6 +64,31 @@ pub(in crate::resp) struct Hold {
     connect_timeout: Duration,
     /// A blocking call: abandoned when the session closes.
     blocking: bool,
+    /// A blocking call was written: the client counts as blocked
+    /// (`blocked_clients`) until it is answered or the session ends.
+    blocked: Option<Blocked>,
+}
+
+/// One client counted in `Stats::blocked_clients` while it lives.
+struct Blocked(Arc<Proxy>);
+
+impl std::fmt::Debug for Blocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Blocked")
+    }
+}
+
+impl Blocked {
+    fn new(proxy: &Arc<Proxy>) -> Blocked {
+        proxy.stats.blocked_clients.fetch_add(1, Relaxed);
+        Blocked(proxy.clone())
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        self.0.stats.blocked_clients.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Hold {
@@ -117,6 +144,7 @@ impl RespSession {
         let hold = &mut self.txn.hold;
         hold.seq = None;
         hold.deferred = None;
+        hold.blocked = None;
         if let Some(conn) = hold.conn.take() {
             self.proxy.router.load().redis().dedicated.release(conn);
         }
@@ -155,6 +183,9 @@ impl RespSession {
         if let Some(p) = self.pending.get_mut(index) {
             p.deadline = Instant::now() + budget;
         }
+        if self.txn.hold.blocking {
+            self.txn.hold.blocked = Some(Blocked::new(&self.proxy));
+        }
         match (&self.txn.hold.conn, self.txn.watching()) {
             (Some(conn), _) | (None, Some(conn)) => conn.send(job),
             (None, None) => job.reply.send(Err(crate::redis::BackendError::Unavailable)),
@@ -169,6 +200,7 @@ impl RespSession {
     /// counts as dropped by the drain.
     fn cancel_blocking(&mut self, seq: u64) {
         self.txn.hold.blocking = false;
+        self.txn.hold.blocked = None;
         let index = self.pending.index_of(seq);
         let entry = index.and_then(|i| self.pending.get(i));
         if entry.is_none_or(|p| p.waiting == 0) {

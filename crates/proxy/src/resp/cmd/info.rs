@@ -152,9 +152,10 @@ impl RespSession {
                 "server" => self.server_fields(&mut text),
                 "clients" => write!(
                     text,
-                    "connected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+                    "connected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
                     stats.curr_connections.load(Ordering::Relaxed),
                     self.proxy.facts.max_connections,
+                    stats.blocked_clients.load(Ordering::Relaxed),
                 ),
                 "replication" => write!(text, "role:master\r\nconnected_slaves:0\r\n"),
                 "cpu" => cpu_fields(&mut text),
