@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::resp_proxy::wait_for_resp_listener;
-use memshift_tests::{free_port, require_tools, McClient, RedisClient, Resp, Unit};
+use memshift_tests::{free_port, require_tools, McClient, Memshift, RedisClient, Resp, Unit};
 
 const TOOLS: &[&str] = &["redis-server", "redis-cli"];
 /// Keys of one slot (one hash tag), each set then read `ROUNDS` times in
@@ -27,15 +27,10 @@ const MOVES: usize = 20;
 
 #[test]
 fn cluster_redirects_keep_a_clients_pipelined_order() {
-    if !require_tools("cluster_redirects_keep_a_clients_pipelined_order", TOOLS) {
+    let Some((nodes, memshift)) = start("cluster_redirects_keep_a_clients_pipelined_order", "")
+    else {
         return;
-    }
-    let nodes = RedisClusterNodes::start();
-    // No periodic refresh within the test (nothing would change anyway).
-    let (memshift, _) = nodes.memshift_with(
-        "",
-        "timeout_ms = 5000\ncluster_refresh_ms = 600000\nconnections_per_shard = 4\n",
-    );
+    };
     let slot = nodes.keyslot("{ord}");
     let slot_arg = slot.to_string();
     let from = nodes.master_of(slot);
@@ -68,12 +63,7 @@ fn cluster_redirects_keep_a_clients_pipelined_order() {
     };
     assert_eq!(count(to), Some(KEYS as i64), "keys on the importing node");
     assert_eq!(count(from), Some(0), "keys on the migrating node");
-    assert!(
-        reordered.is_empty(),
-        "{} gets did not see the set pipelined just before them; first: {:?}",
-        reordered.len(),
-        &reordered[..reordered.len().min(10)]
-    );
+    assert_in_order(&reordered);
 }
 
 /// A client's pipelined order across `-MOVED`: the slot moves (its keys
@@ -87,90 +77,41 @@ fn cluster_redirects_keep_a_clients_pipelined_order() {
 /// requests were routed by).
 #[test]
 fn cluster_moved_mid_pipeline_keeps_a_clients_order() {
-    if !require_tools("cluster_moved_mid_pipeline_keeps_a_clients_order", TOOLS) {
+    let Some((nodes, memshift)) = start("cluster_moved_mid_pipeline_keeps_a_clients_order", "")
+    else {
         return;
-    }
-    let nodes = RedisClusterNodes::start();
-    // No periodic refresh within the test: only a -MOVED re-reads the map.
-    let (memshift, _) = nodes.memshift_with(
-        "",
-        "timeout_ms = 5000\ncluster_refresh_ms = 600000\nconnections_per_shard = 4\n",
-    );
+    };
     let slot = nodes.keyslot("{ord}");
-    let slot_arg = slot.to_string();
     let mut c = memshift.client();
     c.set_read_timeout(Duration::from_secs(30))
         .expect("timeout");
     let mut reordered = Vec::new();
     for m in 0..MOVES {
-        let from = nodes.master_of(slot);
-        let to = nodes
-            .masters()
-            .into_iter()
-            .find(|&i| i != from)
-            .expect("another master");
-        for i in 0..KEYS {
-            nodes.cmd(from, &[b"DEL", key(i).as_bytes()]);
-        }
-        let to_id = nodes.node_id(to);
-        for i in 0..6 {
-            nodes.cmd(
-                i,
-                &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), b"NODE", &to_id],
-            );
-        }
-        nodes.wait_ok();
+        move_slot(&nodes, slot);
         c.send(&pipeline(m)).expect("send the pipeline");
         check_pipeline(&mut c, m, &mut reordered);
     }
-    assert!(
-        reordered.is_empty(),
-        "{} gets did not see the set pipelined just before them; first: {:?}",
-        reordered.len(),
-        &reordered[..reordered.len().min(10)]
-    );
+    assert_in_order(&reordered);
 }
 
 /// The same over the RESP port: pipelined `SET`/`GET` pairs across slot
 /// moves behind memshift's back.
 #[test]
 fn cluster_moved_mid_pipeline_keeps_a_resp_clients_order() {
-    if !require_tools(
-        "cluster_moved_mid_pipeline_keeps_a_resp_clients_order",
-        TOOLS,
-    ) {
-        return;
-    }
-    let nodes = RedisClusterNodes::start();
     let resp_port = free_port();
-    let (memshift, _) = nodes.memshift_with(
+    let Some((nodes, memshift)) = start(
+        "cluster_moved_mid_pipeline_keeps_a_resp_clients_order",
         &format!("resp_listen = \"127.0.0.1:{resp_port}\""),
-        "timeout_ms = 5000\ncluster_refresh_ms = 600000\nconnections_per_shard = 4\n",
-    );
+    ) else {
+        return;
+    };
     wait_for_resp_listener(&memshift, resp_port);
     let slot = nodes.keyslot("{ord}");
-    let slot_arg = slot.to_string();
     let mut c = RedisClient::connect(&format!("127.0.0.1:{resp_port}"), Duration::from_secs(30))
         .expect("connect to the RESP port");
     let mut reordered = Vec::new();
     for m in 0..MOVES {
-        let from = nodes.master_of(slot);
-        let to = nodes
-            .masters()
-            .into_iter()
-            .find(|&i| i != from)
-            .expect("another master");
-        for i in 0..KEYS {
-            nodes.cmd(from, &[b"DEL", key(i).as_bytes()]);
-        }
-        let to_id = nodes.node_id(to);
-        for i in 0..6 {
-            nodes.cmd(
-                i,
-                &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), b"NODE", &to_id],
-            );
-        }
-        nodes.wait_ok();
+        move_slot(&nodes, slot);
         let keys: Vec<String> = (0..KEYS).map(key).collect();
         let values: Vec<String> = (0..ROUNDS).map(|r| format!("{m}-{r}")).collect();
         let mut cmds: Vec<[&[u8]; 3]> = Vec::new();
@@ -199,12 +140,55 @@ fn cluster_moved_mid_pipeline_keeps_a_resp_clients_order() {
             }
         }
     }
+    assert_in_order(&reordered);
+}
+
+/// No read missed the write pipelined just before it.
+fn assert_in_order(reordered: &[String]) {
     assert!(
         reordered.is_empty(),
-        "{} GETs did not see the SET pipelined just before them; first: {:?}",
+        "{} reads did not see the write pipelined just before them; first: {:?}",
         reordered.len(),
         &reordered[..reordered.len().min(10)]
     );
+}
+
+/// A 6-node cluster and a memshift over it (with `server_extra`), or
+/// `None` when the tools are missing. No periodic refresh within the tests:
+/// only a redirect re-reads the slot map.
+fn start(test: &str, server_extra: &str) -> Option<(RedisClusterNodes, Memshift)> {
+    if !require_tools(test, TOOLS) {
+        return None;
+    }
+    let nodes = RedisClusterNodes::start();
+    let (memshift, _) = nodes.memshift_with(
+        server_extra,
+        "timeout_ms = 5000\ncluster_refresh_ms = 600000\nconnections_per_shard = 4\n",
+    );
+    Some((nodes, memshift))
+}
+
+/// Moves `slot` (its keys deleted first) to another master, behind
+/// memshift's back: every node is told at once, no migration.
+fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
+    let slot_arg = slot.to_string();
+    let from = nodes.master_of(slot);
+    let to = nodes
+        .masters()
+        .into_iter()
+        .find(|&i| i != from)
+        .expect("another master");
+    for i in 0..KEYS {
+        nodes.cmd(from, &[b"DEL", key(i).as_bytes()]);
+    }
+    let to_id = nodes.node_id(to);
+    for i in 0..6 {
+        nodes.cmd(
+            i,
+            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), b"NODE", &to_id],
+        );
+    }
+    nodes.wait_ok();
 }
 
 /// `ROUNDS` times: a set of every key, each followed by its get.

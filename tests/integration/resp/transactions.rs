@@ -480,15 +480,7 @@ fn drain_closes_a_client_blocked_in_blpop() {
     s.read_exact(&mut pong).expect("PING's reply");
     assert_eq!(&pong, b"+PONG\r\n");
     let mut direct = connect(shard.port());
-    let mut blocked = || match cmd(&mut direct, "INFO clients") {
-        Resp::Bulk(Some(info)) => String::from_utf8_lossy(&info).lines().find_map(|l| {
-            l.strip_prefix("blocked_clients:")?
-                .trim()
-                .parse::<u32>()
-                .ok()
-        }),
-        other => panic!("INFO clients: {other:?}"),
-    };
+    let mut blocked = || blocked_clients(&mut direct);
     let (react, poll) = (Duration::from_secs(20), Duration::from_millis(20));
     wait_until(react, poll, "the BLPOP to block on the shard", || {
         (blocked() == Some(1)).then_some(())
@@ -537,15 +529,7 @@ fn info_blocked_clients_counts_a_client_in_blpop_as_redis_does() {
     let (_memshift, resp, _) = start_resp_memshift(&[shard.addr()], |_| {});
     for (name, port) in [("redis", plain.port()), ("memshift", resp)] {
         let mut info = connect(port);
-        let mut blocked = || match cmd(&mut info, "INFO clients") {
-            Resp::Bulk(Some(text)) => String::from_utf8_lossy(&text).lines().find_map(|l| {
-                l.strip_prefix("blocked_clients:")?
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-            }),
-            other => panic!("{name}: INFO clients: {other:?}"),
-        };
+        let mut blocked = || blocked_clients(&mut info);
         assert_eq!(blocked(), Some(0), "{name}: before");
         let (react, poll) = (Duration::from_secs(20), Duration::from_millis(20));
         // Answered: pushed to.
@@ -579,5 +563,18 @@ fn info_blocked_clients_counts_a_client_in_blpop_as_redis_does() {
         wait_until(react, poll, "a client that left to leave the count", || {
             (blocked() == Some(0)).then_some(())
         });
+    }
+}
+
+/// `blocked_clients` of `INFO clients`.
+fn blocked_clients(c: &mut RedisClient) -> Option<u32> {
+    match cmd(c, "INFO clients") {
+        Resp::Bulk(Some(info)) => String::from_utf8_lossy(&info).lines().find_map(|l| {
+            l.strip_prefix("blocked_clients:")?
+                .trim()
+                .parse::<u32>()
+                .ok()
+        }),
+        other => panic!("INFO clients: {other:?}"),
     }
 }
