@@ -129,6 +129,9 @@ fn cluster_moved_mid_pipeline_keeps_a_resp_clients_order() {
         }
         let replies = c.pipeline(&pipeline).expect("pipeline");
         for (pair, (set, get)) in replies.chunks(2).zip(cmds.iter().zip(&gets)) {
+            if pair[0] != Resp::Simple("OK".into()) {
+                eprintln!("DEBUGLOG {}", memshift.stderr());
+            }
             assert_eq!(pair[0], Resp::Simple("OK".into()), "{set:?}");
             if pair[1] != Resp::Bulk(Some(set[2].to_vec())) {
                 reordered.push(format!(
@@ -169,7 +172,10 @@ fn start(test: &str, server_extra: &str) -> Option<(RedisClusterNodes, Memshift)
 }
 
 /// Moves `slot` (its keys deleted first) to another master, behind
-/// memshift's back: every node is told at once, no migration.
+/// memshift's back, the way a resharding tool does (importing, migrating,
+/// then the owner set on the new node first, which raises its config
+/// epoch so the cluster's gossip never hands the slot back), and waits
+/// until every node names the new owner.
 fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
     let slot_arg = slot.to_string();
     let from = nodes.master_of(slot);
@@ -181,14 +187,36 @@ fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
     for i in 0..KEYS {
         nodes.cmd(from, &[b"DEL", key(i).as_bytes()]);
     }
-    let to_id = nodes.node_id(to);
-    for i in 0..6 {
-        nodes.cmd(
-            i,
-            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), b"NODE", &to_id],
-        );
+    let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
+    let setslot = |node: usize, args: &[&[u8]]| {
+        let mut cmd: Vec<&[u8]> = vec![b"CLUSTER", b"SETSLOT", slot_arg.as_bytes()];
+        cmd.extend_from_slice(args);
+        nodes.cmd(node, &cmd);
+    };
+    setslot(to, &[b"IMPORTING", &from_id]);
+    setslot(from, &[b"MIGRATING", &to_id]);
+    setslot(to, &[b"NODE", &to_id]);
+    setslot(from, &[b"NODE", &to_id]);
+    for i in (0..6).filter(|&i| i != to && i != from) {
+        setslot(i, &[b"NODE", &to_id]);
     }
     nodes.wait_ok();
+    let owner_seen_by = |n: usize| {
+        nodes.slot_ranges_from(n).and_then(|ranges| {
+            ranges
+                .into_iter()
+                .find(|&(a, b, _)| (a..=b).contains(&slot))
+                .map(|r| r.2)
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !(0..6).all(|n| owner_seen_by(n) == Some(to)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the nodes do not agree that slot {slot} moved to node {to}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// `ROUNDS` times: a set of every key, each followed by its get.

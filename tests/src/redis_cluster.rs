@@ -311,10 +311,24 @@ impl RedisClusterNodes {
 
     /// (first slot, last slot, master node index) per range, from the
     /// first running node.
+    /// A node that does not answer within its 500 ms (a busy box) is
+    /// asked again, for up to 10 s.
     pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
-        let n = self.live_node();
-        self.slot_ranges_from(n)
-            .unwrap_or_else(|| panic!("CLUSTER SLOTS from node {n}"))
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = self.live_node();
+            if let Some(ranges) = self.slot_ranges_from(n) {
+                return ranges;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "CLUSTER SLOTS from node {n}: {:?} (ports {:?})",
+                RedisClient::connect(&self.addrs()[n], Duration::from_millis(500))
+                    .and_then(|mut c| c.cmd(&[b"CLUSTER", b"SLOTS"])),
+                self.ports
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// `slot_ranges` as node `n` sees them (None: no answer, or a master
