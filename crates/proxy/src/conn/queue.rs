@@ -99,6 +99,9 @@ pub struct Queue<E> {
     /// The Redis Cluster slot map the waiting entries were routed by (0:
     /// none), which the next ones are routed by too (`redis::route_pin`).
     routed_by: u64,
+    /// One of them was routed by a map older than its cluster's current
+    /// one: dispatch nothing more until they are answered.
+    routed_stale: bool,
 }
 
 impl<E: Entry> Default for Queue<E> {
@@ -110,6 +113,7 @@ impl<E: Entry> Default for Queue<E> {
             bytes: 0,
             reply_estimate: FIRST_REPLY_ESTIMATE,
             routed_by: 0,
+            routed_stale: false,
         }
     }
 }
@@ -121,9 +125,9 @@ impl<E: Entry> Queue<E> {
     ///
     /// Also sets this thread's slot-map pin for the dispatch that follows
     /// (`redis::route_pin`): while entries wait, the next request is routed
-    /// by their map; and none is dispatched while that map is older than
-    /// the newest, so the session moves to the newest once they are
-    /// answered.
+    /// by their map; and once one was routed by a map older than its
+    /// cluster's current one, none is dispatched until they are answered,
+    /// so the session moves to the current map.
     #[inline]
     pub fn room(&self) -> bool {
         if self.waiting >= MAX_WAITING
@@ -135,7 +139,7 @@ impl<E: Entry> Queue<E> {
             route_pin::pin(0);
             return true;
         }
-        if self.routed_by != 0 && self.routed_by != route_pin::latest() {
+        if self.routed_stale {
             return false;
         }
         route_pin::pin(self.routed_by);
@@ -181,8 +185,15 @@ impl<E: Entry> Queue<E> {
     #[inline]
     pub fn push_waiting(&mut self, entry: E) -> u64 {
         let seq = self.next_seq();
-        if self.waiting == 0 || self.routed_by == 0 {
-            self.routed_by = route_pin::used();
+        let used = route_pin::used();
+        if self.waiting == 0 {
+            self.routed_by = used.epoch;
+            self.routed_stale = used.stale;
+        } else {
+            if self.routed_by == 0 {
+                self.routed_by = used.epoch;
+            }
+            self.routed_stale |= used.stale;
         }
         self.waiting += 1;
         self.entries.push_back(entry);

@@ -201,16 +201,18 @@ impl Cluster {
         let map = self.map.load();
         let pin = route_pin::pinned();
         if pin == 0 || pin == map.epoch {
-            route_pin::routed_by(map.epoch);
+            route_pin::routed_by(map.epoch, false);
             return map.owner_of(key);
         }
+        // A newer map exists: the session drains before its next request.
         match self.kept_map(pin) {
             Some(old) => {
-                route_pin::routed_by(pin);
+                route_pin::routed_by(pin, true);
                 old.owner_of(key)
             }
+            // Not kept (or another cluster's): the current map.
             None => {
-                route_pin::routed_by(map.epoch);
+                route_pin::routed_by(map.epoch, true);
                 map.owner_of(key)
             }
         }
