@@ -97,12 +97,16 @@ pub struct Queue<E> {
     /// smaller one), for `MAX_IN_FLIGHT_BYTES`.
     reply_estimate: usize,
     /// The Redis Cluster slot map the waiting entries were routed by (0:
-    /// none), which the next ones are routed by too (`redis::route_pin`).
+    /// none), which the next ones are routed by too (`redis::route_pin`);
+    /// with [`STALE`] set when one of them was routed by a map older than
+    /// its cluster's current one: dispatch nothing more until they are
+    /// answered. (One word: this struct is in every connection's state,
+    /// whose size the idle-connection memory budget counts.)
     routed_by: u64,
-    /// One of them was routed by a map older than its cluster's current
-    /// one: dispatch nothing more until they are answered.
-    routed_stale: bool,
 }
+
+/// The flag bit of `Queue::routed_by` (epochs stay far below it).
+const STALE: u64 = 1 << 63;
 
 impl<E: Entry> Default for Queue<E> {
     fn default() -> Self {
@@ -113,7 +117,6 @@ impl<E: Entry> Default for Queue<E> {
             bytes: 0,
             reply_estimate: FIRST_REPLY_ESTIMATE,
             routed_by: 0,
-            routed_stale: false,
         }
     }
 }
@@ -139,7 +142,7 @@ impl<E: Entry> Queue<E> {
             route_pin::pin(0);
             return true;
         }
-        if self.routed_stale {
+        if self.routed_by & STALE != 0 {
             return false;
         }
         route_pin::pin(self.routed_by);
@@ -186,15 +189,15 @@ impl<E: Entry> Queue<E> {
     pub fn push_waiting(&mut self, entry: E) -> u64 {
         let seq = self.next_seq();
         let used = route_pin::used();
-        if self.waiting == 0 {
-            self.routed_by = used.epoch;
-            self.routed_stale = used.stale;
+        let stale = if used.stale { STALE } else { 0 };
+        self.routed_by = if self.waiting == 0 {
+            used.epoch | stale
+        } else if self.routed_by & !STALE == 0 {
+            // The first routed by a cluster map (the others: no map).
+            used.epoch | stale | (self.routed_by & STALE)
         } else {
-            if self.routed_by == 0 {
-                self.routed_by = used.epoch;
-            }
-            self.routed_stale |= used.stale;
-        }
+            self.routed_by | stale
+        };
         self.waiting += 1;
         self.entries.push_back(entry);
         seq
