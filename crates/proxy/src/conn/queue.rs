@@ -189,15 +189,16 @@ impl<E: Entry> Queue<E> {
     pub fn push_waiting(&mut self, entry: E) -> u64 {
         let seq = self.next_seq();
         let used = route_pin::used();
-        let stale = if used.stale { STALE } else { 0 };
-        self.routed_by = if self.waiting == 0 {
-            used.epoch | stale
-        } else if self.routed_by & !STALE == 0 {
-            // The first routed by a cluster map (the others: no map).
-            used.epoch | stale | (self.routed_by & STALE)
-        } else {
-            self.routed_by | stale
-        };
+        if self.waiting == 0 {
+            self.routed_by = 0;
+        }
+        // The epoch of the first waiting entry routed by a cluster map.
+        if self.routed_by & !STALE == 0 {
+            self.routed_by |= used.epoch;
+        }
+        if used.stale {
+            self.routed_by |= STALE;
+        }
         self.waiting += 1;
         self.entries.push_back(entry);
         seq

@@ -481,27 +481,22 @@ impl Cluster {
             }
         }
         let owner = slot_owners(topo, &nodes);
-        if owner == old.owner {
-            self.map.store(Arc::new(SlotMap {
-                nodes,
-                owner,
-                epoch: old.epoch,
-            }));
-            return;
-        }
-        // Kept before the new map is visible: a session pinned to the old
-        // one finds it from the moment it can tell the maps apart.
-        {
+        let epoch = if owner == old.owner {
+            old.epoch
+        } else {
+            // Kept before the new map is visible: a session pinned to the
+            // old one finds it from the moment it can tell the maps apart.
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
             kept.push_back(old);
             while kept.len() > route_pin::KEPT_MAPS {
                 kept.pop_front();
             }
-        }
+            route_pin::next_epoch()
+        };
         self.map.store(Arc::new(SlotMap {
             nodes,
             owner,
-            epoch: route_pin::next_epoch(),
+            epoch,
         }));
     }
 }

@@ -205,20 +205,20 @@ async fn run(
             // acknowledged and then lost when it is demoted.
             // The move is checked first: a job that comes after memshift
             // learnt of the switch never goes to the old primary.
-            Some(c) => tokio::select! {
-                biased;
-                () = connector.moved() => {
+            Some(c) => {
+                let job = tokio::select! {
+                    biased;
+                    () = connector.moved() => None,
+                    _ = c.reader.read_buf(&mut c.buf) => None,
+                    job = jobs.recv() => Some(job),
+                };
+                let Some(job) = job else {
                     clean.store(false, Ordering::Release);
                     conn = None;
                     continue;
-                }
-                _ = c.reader.read_buf(&mut c.buf) => {
-                    clean.store(false, Ordering::Release);
-                    conn = None;
-                    continue;
-                }
-                job = jobs.recv() => job,
-            },
+                };
+                job
+            }
             None => jobs.recv().await,
         };
         let Some(job) = job else {

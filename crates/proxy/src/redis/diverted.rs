@@ -33,7 +33,7 @@ struct State {
 }
 
 /// A set of keys, or "too many to list".
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct DivertedKeys {
     pub keys: HashSet<Bytes>,
     /// More than `MAX_DIVERTED_KEYS` were diverted: the list is incomplete.
@@ -141,11 +141,7 @@ impl Diverted {
     /// A copy of the keys diverted since the last round (for another
     /// shard's rejoin, which deletes them on itself).
     pub fn pending(&self) -> DivertedKeys {
-        let s = self.state();
-        DivertedKeys {
-            keys: s.pending.keys.clone(),
-            overflowed: s.pending.overflowed,
-        }
+        self.state().pending.clone()
     }
 }
 

@@ -49,7 +49,7 @@ use bytes::{Bytes, BytesMut};
 use memshift_protocol::resp::{encode_command, Frame};
 
 use super::RedisBackends as Backends;
-use crate::redis::diverted::DivertedKeys;
+use crate::redis::diverted::{Diverted, DivertedKeys};
 use crate::redis::BackendError;
 
 /// Keys per `DEL` and per `SCAN` page.
@@ -98,11 +98,11 @@ pub async fn prepare_rejoin(
         if taken.is_empty() {
             break;
         }
-        total.add(clean_round(backends, owner, taken, &targets).await?);
+        total.add(clean_round(backends, owner, &shard.diverted, taken, &targets).await?);
     }
     let last = shard.diverted.close_and_take();
-    total.add(clean_round(backends, owner, last, &targets).await?);
-    if let Err(e) = delete_copies_of_the_ejected(backends, owner).await {
+    total.add(clean_round(backends, owner, &shard.diverted, last, &targets).await?);
+    if let Err(e) = delete_copies_of_the_ejected(backends, owner, &shard.diverted).await {
         shard.diverted.restore(DivertedKeys::default());
         return Err(e);
     }
@@ -118,6 +118,7 @@ pub async fn prepare_rejoin(
 async fn delete_copies_of_the_ejected(
     backends: &Backends,
     owner: usize,
+    diverted: &Diverted,
 ) -> Result<(), BackendError> {
     let mut keys = DivertedKeys::default();
     for (_, other) in backends
@@ -131,11 +132,9 @@ async fn delete_copies_of_the_ejected(
     if keys.overflowed {
         delete_unowned_by_scan(backends, owner).await?;
     } else if !keys.keys.is_empty() {
-        delete_on(backends, &[owner], &keys.keys).await?;
+        delete_on(backends, &[owner], &keys.keys, false).await?;
     }
-    if let Some(shard) = backends.shards.get(owner) {
-        shard.diverted.cleaned(keys);
-    }
+    diverted.cleaned(keys);
     Ok(())
 }
 
@@ -169,7 +168,7 @@ pub async fn prepare_ejection(
             .await
             .map(|_| ())
     } else {
-        delete_off_their_shard(backends, &fallbacks, &copies.keys).await
+        delete_on(backends, &fallbacks, &copies.keys, true).await
     };
     match result {
         Ok(()) => {
@@ -197,19 +196,17 @@ impl Cleaned {
 async fn clean_round(
     backends: &Backends,
     owner: usize,
+    diverted: &Diverted,
     taken: DivertedKeys,
     targets: &[usize],
 ) -> Result<Cleaned, BackendError> {
-    let Some(shard) = backends.shards.get(owner) else {
-        return Ok(Cleaned::default());
-    };
     if taken.is_empty() {
         return Ok(Cleaned::default());
     }
     let result = if taken.overflowed {
         flush_and_scan(backends, owner, targets).await
     } else {
-        delete_on(backends, targets, &taken.keys)
+        delete_on(backends, targets, &taken.keys, false)
             .await
             .map(|()| Cleaned {
                 keys: taken.keys.len(),
@@ -218,45 +215,31 @@ async fn clean_round(
     };
     match result {
         Ok(c) => {
-            shard.diverted.cleaned(taken);
+            diverted.cleaned(taken);
             Ok(c)
         }
         Err(e) => {
-            shard.diverted.restore(taken);
+            diverted.restore(taken);
             Err(e)
         }
     }
 }
 
+/// Delete `keys` on each of `shards`; with `spare_owners`, not on the
+/// shard a key belongs to (where it may be live).
 async fn delete_on(
     backends: &Backends,
     shards: &[usize],
     keys: &HashSet<Bytes>,
-) -> Result<(), BackendError> {
-    let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-    for batch in keys.chunks(BATCH) {
-        let cmd = del_command(batch.iter().copied());
-        for &shard in shards {
-            expect_ok(backends.call(shard, cmd.clone()).await)?;
-        }
-    }
-    Ok(())
-}
-
-/// `delete_on`, except on the shard each key belongs to (where it may be
-/// live).
-async fn delete_off_their_shard(
-    backends: &Backends,
-    shards: &[usize],
-    keys: &HashSet<Bytes>,
+    spare_owners: bool,
 ) -> Result<(), BackendError> {
     for &shard in shards {
-        let theirs: Vec<&[u8]> = keys
+        let doomed: Vec<&[u8]> = keys
             .iter()
-            .filter(|k| backends.owner(k) != shard)
+            .filter(|k| !spare_owners || backends.owner(k) != shard)
             .map(|k| &k[..])
             .collect();
-        for batch in theirs.chunks(BATCH) {
+        for batch in doomed.chunks(BATCH) {
             expect_ok(
                 backends
                     .call(shard, del_command(batch.iter().copied()))
