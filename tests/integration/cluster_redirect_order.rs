@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use memshift_tests::ops_support::wait_until;
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::resp_proxy::wait_for_resp_listener;
 use memshift_tests::{free_port, require_tools, McClient, Memshift, RedisClient, Resp, Unit};
@@ -209,14 +210,12 @@ fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
                 .map(|r| r.2)
         })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !(0..6).all(|n| owner_seen_by(n) == Some(to)) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the nodes do not agree that slot {slot} moved to node {to}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(10),
+        "every node to name the slot's new owner",
+        || (0..6).all(|n| owner_seen_by(n) == Some(to)).then_some(()),
+    );
 }
 
 /// `ROUNDS` times: a set of every key, each followed by its get.

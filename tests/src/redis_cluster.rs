@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::env::free_port;
+use crate::ops_support::poll_until;
 use crate::process::{
     kill_and_reap, run_with_timeout, spawn, start_memshift_on_free_ports, temp_dir, Memshift,
 };
@@ -310,25 +311,21 @@ impl RedisClusterNodes {
     }
 
     /// (first slot, last slot, master node index) per range, from the
-    /// first running node.
-    /// A node that does not answer within its 500 ms (a busy box) is
+    /// first running node. A node that does not answer within its 500 ms (a busy box) is
     /// asked again, for up to 10 s.
     pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        let ranges = poll_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            self.slot_ranges_from(self.live_node())
+        });
+        ranges.unwrap_or_else(|| {
             let n = self.live_node();
-            if let Some(ranges) = self.slot_ranges_from(n) {
-                return ranges;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
+            panic!(
                 "CLUSTER SLOTS from node {n}: {:?} (ports {:?})",
                 RedisClient::connect(&self.addrs()[n], Duration::from_millis(500))
                     .and_then(|mut c| c.cmd(&[b"CLUSTER", b"SLOTS"])),
                 self.ports
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            )
+        })
     }
 
     /// `slot_ranges` as node `n` sees them (None: no answer, or a master

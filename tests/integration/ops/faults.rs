@@ -25,7 +25,7 @@ use memshift_tests::{
     VerifyReport,
 };
 
-use super::{config_for, opts, reload, POLL, REACT};
+use super::{config_for, log_count, opts, reload, wait_log, BACK, DOWN, POLL};
 
 /// memshift's `[redis] timeout_ms` here: a stopped shard fails requests
 /// after this long, well inside the client's 5 s.
@@ -148,20 +148,6 @@ fn summary(name: &str, r: &VerifyReport, allowed: usize, lost_on_failed: usize) 
         r.quantile(0.99)
     );
 }
-
-fn log_count(cluster: &Cluster, line: &str) -> usize {
-    cluster.memshift.stderr().matches(line).count()
-}
-
-/// Waits until memshift has logged `line` more than `before` times.
-fn wait_log(cluster: &Cluster, line: &str, before: usize) {
-    wait_until(REACT, POLL, line, || {
-        (log_count(cluster, line) > before).then_some(())
-    });
-}
-
-const DOWN: &str = "redis shard marked down";
-const BACK: &str = "redis shard healthy again";
 
 /// 1. A shard killed and restarted under `fail`: only its keys get errors
 ///    (a multi-get with one of them fails whole) while it is down, its keys

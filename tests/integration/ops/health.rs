@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use memshift_tests::ops_support::{http_get, wait_until};
 use memshift_tests::{escape, require_tools, Cluster, McClient, Resp};
 
-use super::{assert_get, key, opts, reload, value, write_and_place, POLL, REACT, TIMEOUT_MS};
+use super::{
+    assert_get, key, log_count, opts, reload, value, wait_log, write_and_place, BACK, DOWN, POLL,
+    REACT, TIMEOUT_MS,
+};
 
 const N: usize = 90;
 const VICTIM: usize = 1;
@@ -384,14 +387,6 @@ fn assert_not_stale(
     misses
 }
 
-fn healthy_again_count(cluster: &Cluster) -> usize {
-    cluster
-        .memshift
-        .stderr()
-        .matches("redis shard healthy again")
-        .count()
-}
-
 /// Issue 13 (twemproxy #604): under `eject`, a read after an acknowledged
 /// write returns that value or a miss, never an older one — across an
 /// ejection and rejoin (SIGSTOP/SIGCONT), and across a second ejection
@@ -437,11 +432,9 @@ fn eject_policy_never_serves_a_value_older_than_an_acknowledged_write() {
             }
         })
         .collect();
-    let rejoins = healthy_again_count(&cluster);
+    let rejoins = log_count(&cluster, BACK);
     cluster.shards[0].signal(libc::SIGCONT);
-    wait_until(REACT, POLL, "the resumed shard to rejoin", || {
-        (healthy_again_count(&cluster) > rejoins).then_some(())
-    });
+    wait_log(&cluster, BACK, rejoins);
     let misses_after_rejoin =
         assert_not_stale(&cluster, PREFIX, &victims, 1, "after the shard rejoined");
 
@@ -493,14 +486,6 @@ fn holds(cluster: &Cluster, shard: usize, key: &str) -> bool {
         == Some(1)
 }
 
-fn marked_down_count(cluster: &Cluster) -> usize {
-    cluster
-        .memshift
-        .stderr()
-        .matches("redis shard marked down")
-        .count()
-}
-
 /// Two shards out at once. Shard 0 is frozen and ejected: its keys move,
 /// some to shard 1 (round 0 there). Shard 1 is frozen too: those keys move
 /// to shard 2 (round 1). Shard 1 rejoins while shard 0 is still out: the
@@ -546,11 +531,9 @@ fn eject_policy_a_rejoin_while_another_shard_is_out_never_serves_an_older_copy()
         1,
         "those keys to move to shard 2",
     );
-    let rejoins = healthy_again_count(&cluster);
+    let rejoins = log_count(&cluster, BACK);
     cluster.shards[1].signal(libc::SIGCONT);
-    wait_until(REACT, POLL, "shard 1 to rejoin", || {
-        (healthy_again_count(&cluster) > rejoins).then_some(())
-    });
+    wait_log(&cluster, BACK, rejoins);
     let misses_rejoin = assert_not_stale(
         &cluster,
         PREFIX,
@@ -569,11 +552,9 @@ fn eject_policy_a_rejoin_while_another_shard_is_out_never_serves_an_older_copy()
             key(PREFIX, i)
         );
     }
-    let downs = marked_down_count(&cluster);
+    let downs = log_count(&cluster, DOWN);
     cluster.shards[1].signal(libc::SIGSTOP);
-    wait_until(REACT, POLL, "shard 1 to be ejected again", || {
-        (marked_down_count(&cluster) > downs).then_some(())
-    });
+    wait_log(&cluster, DOWN, downs);
     wait_until(REACT, POLL, "the keys to be served again", || {
         read_all(&cluster, PREFIX, &victims[..1])[0]
             .is_ok()

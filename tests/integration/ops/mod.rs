@@ -35,6 +35,22 @@ const TIMEOUT_MS: u64 = 2000;
 const REACT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(25);
 
+/// memshift's log lines when a shard is marked down and when it is back.
+const DOWN: &str = "redis shard marked down";
+const BACK: &str = "redis shard healthy again";
+
+/// How many times memshift has logged `line`.
+fn log_count(cluster: &Cluster, line: &str) -> usize {
+    cluster.memshift.stderr().matches(line).count()
+}
+
+/// Waits until memshift has logged `line` more than `before` times.
+fn wait_log(cluster: &Cluster, line: &str, before: usize) {
+    wait_until(REACT, POLL, line, || {
+        (log_count(cluster, line) > before).then_some(())
+    });
+}
+
 fn opts(shards: usize, server_extra: &str, redis_extra: &str) -> ClusterOptions {
     ClusterOptions {
         shards,

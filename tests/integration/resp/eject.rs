@@ -3,8 +3,9 @@
 //! value, across an ejection, the rejoin and a second ejection (the same
 //! guarantee `ops::health` checks over the memcached port).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use memshift_tests::ops_support::wait_until;
 use memshift_tests::resp_proxy::start_resp_memshift;
 use memshift_tests::{require_tools, RedisClient, RedisServer, Resp, RespCluster};
 
@@ -46,11 +47,7 @@ fn is_ok(r: &Resp) -> bool {
 
 /// Polls `f` until it returns true or `REACT` passes.
 fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + REACT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(REACT, Duration::from_millis(20), what, || f().then_some(()));
 }
 
 /// Every key's reply to GET: the value, or None for nil.
