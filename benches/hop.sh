@@ -24,6 +24,9 @@
 # backends), the run-queue wait per request and per wake-up from
 # /proc/<pid>/task/*/schedstat (run_delay: time spent runnable but not
 # running) and the CPU time per request.
+# SYSTEM=floor measures memshift-floor (target/release/memshift-floor, or
+# $FLOOR) over the same shards: one epoll loop with memshift's codecs, the
+# floor of a hop (BENCHMARKS.md, "The floor of a hop"; BIN is ignored).
 # SYSTEM=memcached measures memcached -t 1 alone (the "memshift" figures are
 # memcached's). NEAR=1 turns memshift's near cache on (admit_reads = 1,
 # max_ttl_ms = 10000, as compare.sh). LOAD_ARGS adds flags to the measured
@@ -104,7 +107,15 @@ connections_per_shard = ${CONNS_PER_SHARD:-0}
 phase = "redis"
 T
 [ "${NEAR:-0}" = 1 ] && printf '\n[near_cache]\nenabled = true\nadmit_reads = 1\nmax_ttl_ms = 10000\n' >>"$W/m.toml"
-"${NI[@]}" taskset -c "$PROXY_CPU" "$BIN" --config "$W/m.toml" >"$W/m.log" 2>&1 &
+if [ "$SYSTEM" = floor ]; then
+    for i in $(seq 0 $(( SHARDS - 1 ))); do wait_for_port $(( base + i )) 15; done
+    floor_args=()
+    for i in $(seq 0 $(( SHARDS - 1 ))); do floor_args+=(--shard "127.0.0.1:$(( base + i ))"); done
+    "${NI[@]}" taskset -c "$PROXY_CPU" "${FLOOR:-target/release/memshift-floor}" --listen "127.0.0.1:$MP" \
+        "${floor_args[@]}" >"$W/m.log" 2>&1 &
+else
+    "${NI[@]}" taskset -c "$PROXY_CPU" "$BIN" --config "$W/m.toml" >"$W/m.log" 2>&1 &
+fi
 MS=$!; PIDS+=($MS)
 fi
 for i in $(seq 0 "$SHARDS"); do wait_for_port $(( base + i )) 15 || { cat "$W/m.log" >&2; exit 1; }; done
