@@ -14,6 +14,12 @@
 #               on its own `-s` socket, the fair comparison (UNIX_BENCH=0
 #               skips both): closed loop (no pipelining, pipeline 16) and
 #               the open-loop rate, after the TCP runs
+#   floor       memshift-floor -> the same shards: one epoll loop with
+#               memshift's parser, ring and item layout, no runtime (get and
+#               set only), the floor of a hop; FLOOR=0 skips it. Its own
+#               block after the open-loop runs: the two closed-loop shapes
+#               without pipelining and the open-loop rate, alternated with
+#               memshift and twemproxy (scenarios fl-np, fl-el-np, fl-rate50)
 #   memshift RESP  redis-benchmark GET, SET and a 10-key MGET (-P 1 and -P 16)
 #               through memshift's RESP port vs Redis direct (RESP=0 skips it;
 #               RESP_N requests per run)
@@ -262,6 +268,30 @@ for r in rows:
                    f"| {r['rss_before_kb']:,} | {r['rss_during_kb']:,} | {per:.2f} | {errs} |")
 out.append("")
 
+floor_goals = []
+if any(r["system"] == "floor" for r in rows):
+    names["floor"] = "memshift-floor (one epoll loop, no runtime)"
+    out.append("The floor of a hop: memshift-floor (one epoll loop with memshift's parser, ring and item layout; get "
+               "and set only) over memshift's shards, alternated with memshift and twemproxy in each round (median of "
+               "the rounds); CPU = the proxy process alone per request, its ratio to twemproxy's in brackets:\n")
+    out.append("| system | ops/s, per-conn | CPU us/req | ops/s, event loop | CPU us/req | open loop p50 us | p99 us | CPU us/req |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    tw_cpu = {scen: cpu_per_req("twemproxy", scen) for scen in ("fl-np", "fl-el-np", "fl-rate50")}
+    def cpu_cell(s, scen):
+        c, t = cpu_per_req(s, scen), tw_cpu[scen]
+        return f"{fmt(c, 2)} ({c / t:.2f}x)" if c and t else fmt(c, 2)
+    for s in ["floor", "memshift", "twemproxy"]:
+        out.append(f"| {names[s]} | {fmt(get(s, 'fl-np'))} | {cpu_cell(s, 'fl-np')} | {fmt(get(s, 'fl-el-np'))} "
+                   f"| {cpu_cell(s, 'fl-el-np')} | {fmt(get(s, 'fl-rate50', lambda r: r['latency_us']['p50']), 1)} "
+                   f"| {fmt(get(s, 'fl-rate50', p99), 1)} | {cpu_cell(s, 'fl-rate50')} |")
+    out.append("")
+    for scen, label in (("fl-np", "closed loop, task per connection"), ("fl-el-np", "closed loop, one event loop"),
+                        ("fl-rate50", f"open loop at {rate:,} req/s")):
+        m, f, t = cpu_per_req("memshift", scen), cpu_per_req("floor", scen), tw_cpu[scen]
+        if m and f and t:
+            floor_goals.append((f"{label}: memshift's proxy CPU per request <= 0.8x twemproxy's (issue 27)", m <= 0.8 * t,
+                                f"memshift {m:.2f} us, twemproxy {t:.2f} us: {m / t:.2f}x; the floor {f:.2f} us: {f / t:.2f}x"))
+
 cl = [(s, get("memshift", s), get("memshift_cluster", s)) for s in ("cl-np", "cl-p16")]
 if any(c for _, _, c in cl):
     out.append("memshift -> 3-master Redis Cluster vs memshift -> 3 standalone shards, same settings, "
@@ -307,7 +337,7 @@ if any(r["system"] == "memshift_unix" for r in rows):
                                u <= 0.75 * t, f"{u:.2f} us vs {t:.2f} us: {u / t:.2f}x"))
 
 out.append("Goals:\n")
-for g in unix_goals:
+for g in unix_goals + floor_goals:
     goal(*g)
 tw, mc = get("twemproxy", "np"), get("memcached", "np")
 if ms_np and tw:
@@ -410,6 +440,7 @@ cargo build --release -q -p memshift-proxy -p memshift-benches
 # MEMSHIFT_BIN: another memshift binary (an A/B of two builds, same script).
 MEMSHIFT=${MEMSHIFT_BIN:-$ROOT/target/release/memshift}
 LOAD=$ROOT/target/release/memshift-load
+FLOOR_BIN=$ROOT/target/release/memshift-floor
 
 # Idle connections need one fd each on both sides.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -536,6 +567,16 @@ declare -A ADDR=(
     [memcached]=127.0.0.1:$MC_PORT [twemproxy]=127.0.0.1:$NC_PORT
     [memshift]=127.0.0.1:$MS_PORT [redis]=127.0.0.1:$RD_PORT
 )
+FLOOR=${FLOOR:-1}
+if [ "$FLOOR" = 1 ]; then
+    FL_PORT=$(free_port)
+    floor_shards=()
+    for port in "${R_PORTS[@]}"; do floor_shards+=(--shard "127.0.0.1:$port"); done
+    start floor "$FL_PORT" "$FLOOR_BIN" --listen "127.0.0.1:$FL_PORT" "${floor_shards[@]}"
+    ADDR[floor]=127.0.0.1:$FL_PORT
+    # shellcheck disable=SC2154 # PID_floor is set by start() through eval
+    SUT_PIDS_floor="$PID_floor ${SHARD_PIDS[*]}"
+fi
 # The unix-socket rows: memshift's second listener, and a memcached of its
 # own on `-s` (memcached serves either TCP or a socket, not both), set up
 # like the TCP one.
@@ -562,7 +603,7 @@ fi
 # shellcheck disable=SC2034 # read by run() through eval
 SUT_PIDS_memshift_unix=$SUT_PIDS_memshift
 declare -A PROTO=([memcached]=memcache [twemproxy]=memcache [memshift]=memcache [redis]=redis
-    [memcached_unix]=memcache [memshift_unix]=memcache)
+    [memcached_unix]=memcache [memshift_unix]=memcache [floor]=memcache)
 SYSTEMS=(memcached twemproxy memshift redis)
 
 # --- machine --------------------------------------------------------------------
@@ -755,6 +796,22 @@ for round in $(seq 1 "$ROUNDS"); do
     log "round $round/$ROUNDS: open loop at $RATE req/s (load average $(cut -d' ' -f1 /proc/loadavg))"
     for sys in "${SYSTEMS[@]}"; do run "$sys" rate50 "$round" "${shape[@]}" --rate "$RATE"; done
 done
+
+# The floor of a hop: memshift-floor over memshift's shards (so their data
+# is memshift's), alternated with memshift and twemproxy in each round: the
+# two closed-loop shapes without pipelining and the open-loop rate. The
+# summary puts each proxy's CPU per request beside the floor's.
+if [ "$FLOOR" = 1 ]; then
+    for round in $(seq 1 "$ROUNDS"); do
+        wait_quiet
+        log "round $round/$ROUNDS: the floor of a hop (memshift-floor) beside memshift and twemproxy"
+        for sys in floor memshift twemproxy; do
+            run "$sys" fl-np "$round" "${shape[@]}" --pipeline 1
+            run "$sys" fl-el-np "$round" "${shape[@]}" --pipeline 1 --shape event-loop
+            run "$sys" fl-rate50 "$round" "${shape[@]}" --rate "$RATE"
+        done
+    done
+fi
 
 # Unix sockets: memcached over -s and memshift over its socket, the same
 # shapes and open-loop rate as the TCP rows above.
