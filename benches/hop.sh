@@ -26,7 +26,8 @@
 # running) and the CPU time per request.
 # SYSTEM=floor measures memshift-floor (target/release/memshift-floor, or
 # $FLOOR) over the same shards: one epoll loop with memshift's codecs, the
-# floor of a hop (BENCHMARKS.md, "The floor of a hop"; BIN is ignored).
+# floor of a hop (BENCHMARKS.md, "The floor of a hop"; BIN is ignored);
+# FLOOR_ARGS adds flags to it (e.g. --coalesce-us 50).
 # SYSTEM=memcached measures memcached -t 1 alone (the "memshift" figures are
 # memcached's). NEAR=1 turns memshift's near cache on (admit_reads = 1,
 # max_ttl_ms = 10000, as compare.sh). LOAD_ARGS adds flags to the measured
@@ -112,7 +113,7 @@ if [ "$SYSTEM" = floor ]; then
     floor_args=()
     for i in $(seq 0 $(( SHARDS - 1 ))); do floor_args+=(--shard "127.0.0.1:$(( base + i ))"); done
     "${NI[@]}" taskset -c "$PROXY_CPU" "${FLOOR:-target/release/memshift-floor}" --listen "127.0.0.1:$MP" \
-        "${floor_args[@]}" >"$W/m.log" 2>&1 &
+        "${floor_args[@]}" ${FLOOR_ARGS:-} >"$W/m.log" 2>&1 &
 else
     "${NI[@]}" taskset -c "$PROXY_CPU" "$BIN" --config "$W/m.toml" >"$W/m.log" 2>&1 &
 fi

@@ -4,6 +4,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use memshift_benches::floor::Floor;
@@ -20,11 +21,18 @@ struct Cli {
     /// A Redis shard (repeat for each; placed on memshift's default ring).
     #[arg(long = "shard", required = true)]
     shards: Vec<SocketAddr>,
+    /// After each loop turn that had work, sleep this many microseconds
+    /// before waiting again (0: never), so one wake-up finds many requests:
+    /// an experiment trading latency for fewer wake-ups.
+    #[arg(long, default_value_t = 0)]
+    coalesce_us: u64,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let run = TcpListener::bind(cli.listen).and_then(|l| Floor::new(l, &cli.shards)?.run());
+    let coalesce = Some(Duration::from_micros(cli.coalesce_us)).filter(|d| !d.is_zero());
+    let run =
+        TcpListener::bind(cli.listen).and_then(|l| Floor::new(l, &cli.shards, coalesce)?.run());
     match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
