@@ -85,6 +85,65 @@ fn pubsub_bytes_match_plain_redis() {
     }
 }
 
+/// HELLO while subscribed (RESP3 allows it, RESP2 refuses it): what
+/// follows is in the new protocol, the confirmations and the messages
+/// alike, and again after unsubscribing and switching back. What each
+/// server wrote, HELLO's own replies left out (they name the server's
+/// version and the client's id); the publisher's replies included.
+fn protocol_switch_session(port: u16) -> Vec<u8> {
+    const IDLE: Duration = Duration::from_millis(700);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut publisher = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut out = Vec::new();
+    let mut step = |s: &mut TcpStream, bytes: &[u8]| out.extend(send_and_read(s, bytes, IDLE).0);
+    send_and_read(&mut s, b"HELLO 2\r\n", IDLE);
+    step(&mut s, b"SUBSCRIBE z\r\n");
+    step(&mut s, b"HELLO 3\r\n");
+    step(&mut s, b"UNSUBSCRIBE\r\n");
+    send_and_read(&mut s, b"HELLO 3\r\n", IDLE);
+    step(&mut s, b"SUBSCRIBE a\r\nPSUBSCRIBE p*\r\nGET x\r\n");
+    send_and_read(&mut s, b"HELLO 2\r\n", IDLE);
+    step(&mut s, b"PING\r\nGET x\r\nSUBSCRIBE b\r\n");
+    step(&mut publisher, b"PUBLISH a one\r\nPUBLISH pa two\r\n");
+    step(&mut s, b"");
+    // Channels named: with none, each server answers in its own hash order.
+    step(&mut s, b"UNSUBSCRIBE a b\r\nPUNSUBSCRIBE\r\nGET x\r\n");
+    send_and_read(&mut s, b"HELLO 3\r\n", IDLE);
+    step(&mut s, b"SUBSCRIBE a\r\n");
+    step(&mut publisher, b"PUBLISH a three\r\n");
+    step(&mut s, b"");
+    step(&mut s, b"UNSUBSCRIBE\r\nPING\r\n");
+    out
+}
+
+#[test]
+fn pubsub_hello_while_subscribed_matches_plain_redis() {
+    if !require_tools(
+        "pubsub_hello_while_subscribed_matches_plain_redis",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let cluster = RespCluster::start();
+    let plain = RedisServer::start();
+    let want = protocol_switch_session(plain.port());
+    let got = protocol_switch_session(cluster.resp_port);
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
+    // The messages were in it, in RESP2 then in RESP3.
+    let want = String::from_utf8_lossy(&want);
+    assert!(
+        want.contains("*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$3\r\none"),
+        "{want}"
+    );
+    assert!(
+        want.contains(">3\r\n$7\r\nmessage\r\n$1\r\na\r\n$5\r\nthree"),
+        "{want}"
+    );
+}
+
 /// A subscriber of `channel` on the RESP port, its confirmation read.
 fn subscriber(port: u16, channel: &str) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");

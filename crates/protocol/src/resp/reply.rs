@@ -129,8 +129,14 @@ pub fn frame(buf: &mut BytesMut, f: &Frame, v: RespVersion, shape: Shape) {
                 frame(buf, i, v, Shape::Plain);
             }
         }
+        // RESP2 has no push type: Redis gives a RESP2 client the same
+        // frame as an array (a pub/sub message, a subscription count).
         Frame::Push(items) => {
-            header(buf, b">", items.len());
+            let kind = match v {
+                RespVersion::Resp2 => b"*",
+                RespVersion::Resp3 => b">",
+            };
+            header(buf, kind, items.len());
             for i in items {
                 frame(buf, i, v, Shape::Plain);
             }
@@ -233,6 +239,23 @@ mod tests {
         let mut b = BytesMut::new();
         frame(&mut b, f, v, shape);
         b.to_vec()
+    }
+
+    #[test]
+    fn a_push_is_an_array_in_resp2() {
+        let push = Frame::Push(vec![
+            Frame::Bulk(Bytes::from_static(b"unsubscribe")),
+            Frame::Null,
+            Frame::Integer(0),
+        ]);
+        assert_eq!(
+            out(&push, RespVersion::Resp2, Shape::Plain),
+            b"*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n"
+        );
+        assert_eq!(
+            out(&push, RespVersion::Resp3, Shape::Plain),
+            b">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n"
+        );
     }
 
     #[test]

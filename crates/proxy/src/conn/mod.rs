@@ -262,4 +262,11 @@ pub trait Protocol {
 
     /// Quiet: hand protocol-owned buffers back to the thread's pool.
     fn give_back(&mut self) {}
+
+    /// The type byte of a push (a frame a source sends unasked, encoded
+    /// with RESP3's `>`) in the protocol in effect now: RESP2 has no
+    /// pushes and gets them as arrays. `None`: written as they came.
+    fn push_type(&self) -> Option<u8> {
+        None
+    }
 }

@@ -391,11 +391,21 @@ fn flush_ready<P: Protocol>(p: &mut P) {
 /// Write an unsolicited frame; a source's last one closes the connection
 /// (true).
 fn write_push<P: Protocol>(p: &mut P, push: Push) -> bool {
+    let push_type = p.push_type();
     let io = p.io();
     if io.wbuf.capacity() == 0 {
         *io.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
     }
+    let start = io.wbuf.len();
     io.wbuf.extend_from_slice(&push.frame);
+    // Its form is the protocol's now, not when its source encoded it
+    // (HELLO may have switched since): only the outer type differs, what
+    // a push carries (bulk strings, integers) reads the same in both.
+    if let (Some(kind), Some(first)) = (push_type, io.wbuf.get_mut(start)) {
+        if *first == b'>' {
+            *first = kind;
+        }
+    }
     if push.close {
         // Nothing after it is answered (as after a close reply).
         io.queue.clear();

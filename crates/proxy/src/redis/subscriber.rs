@@ -61,7 +61,6 @@ impl Subscriber {
     /// `max` are open already (`None`).
     pub fn open(
         settings: ConnectionSettings,
-        version: RespVersion,
         pushes: PushSender,
         metrics: Arc<Metrics>,
         max: usize,
@@ -78,7 +77,6 @@ impl Subscriber {
         let addr = settings.addr.clone();
         let link = Link {
             settings,
-            version,
             pushes,
             awaiting: VecDeque::new(),
             after: 0,
@@ -106,7 +104,6 @@ struct Awaiting {
 
 struct Link {
     settings: ConnectionSettings,
-    version: RespVersion,
     pushes: PushSender,
     awaiting: VecDeque<Awaiting>,
     /// Sequence number a push read now is written after (the request
@@ -132,7 +129,8 @@ impl Link {
             reply.send(Ok(error.clone()));
         }
         let mut frame = BytesMut::new();
-        out::frame(&mut frame, &error, self.version, Shape::Plain);
+        // An error reads the same in RESP2 and RESP3.
+        out::frame(&mut frame, &error, RespVersion::Resp3, Shape::Plain);
         let close = Push {
             after: self.after,
             frame: frame.freeze(),
@@ -216,12 +214,10 @@ impl Link {
         let unsolicited = matches!(frame, Frame::Push(_)) && front_is_ping != Some(false);
         if is_message(&frame) || unsolicited || front_is_ping.is_none() {
             let mut encoded = BytesMut::new();
-            out::frame(
-                &mut encoded,
-                &as_version(frame, self.version),
-                self.version,
-                Shape::Plain,
-            );
+            // Encoded as the link reads it (RESP3): the client's session
+            // gives it the form of the protocol in effect when it writes it
+            // (`Protocol::push_type`), which HELLO may have changed since.
+            out::frame(&mut encoded, &frame, RespVersion::Resp3, Shape::Plain);
             let push = Push {
                 after: self.after,
                 frame: encoded.freeze(),
@@ -235,7 +231,8 @@ impl Link {
             return Ok(());
         };
         let error = matches!(frame, Frame::Error(_));
-        waiting.got.push(as_version(frame, self.version));
+        // Kept as read: rendered in the client's protocol with the reply.
+        waiting.got.push(frame);
         if !error && waiting.got.len() < waiting.frames {
             return Ok(());
         }
@@ -283,15 +280,6 @@ fn is_message(frame: &Frame) -> bool {
     };
     matches!(items.first(), Some(Frame::Bulk(kind))
         if matches!(kind.as_ref(), b"message" | b"pmessage" | b"smessage"))
-}
-
-/// The connection speaks RESP3; a RESP2 client gets arrays, as Redis
-/// gives a RESP2 subscriber.
-fn as_version(frame: Frame, version: RespVersion) -> Frame {
-    match (frame, version) {
-        (Frame::Push(items), RespVersion::Resp2) => Frame::Array(items),
-        (frame, _) => frame,
-    }
 }
 
 fn lost_error(addr: &str, why: &str) -> Frame {

@@ -254,4 +254,11 @@ impl conn::Protocol for RespSession {
         // The last request's arguments are slices of the read buffer.
         self.args.clear();
     }
+
+    fn push_type(&self) -> Option<u8> {
+        Some(match self.version {
+            memshift_protocol::resp::reply::RespVersion::Resp2 => b'*',
+            memshift_protocol::resp::reply::RespVersion::Resp3 => b'>',
+        })
+    }
 }

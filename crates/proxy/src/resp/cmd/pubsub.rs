@@ -10,7 +10,7 @@
 //! slot's master. docs/resp.md says the same.
 
 use bytes::Bytes;
-use memshift_protocol::resp::reply::{self as out, RespVersion, Shape};
+use memshift_protocol::resp::reply::{self as out, Shape};
 use memshift_protocol::resp::Frame;
 
 use super::super::pending::Render;
@@ -148,13 +148,7 @@ impl RespSession {
         };
         let max = self.proxy.settings.load().max_subscriber_connections;
         let pushes = self.pushes.sender();
-        let opened = Subscriber::open(
-            settings,
-            self.version,
-            pushes,
-            self.proxy.metrics.clone(),
-            max,
-        );
+        let opened = Subscriber::open(settings, pushes, self.proxy.metrics.clone(), max);
         let Some(conn) = opened else {
             let text = format!("ERR memshift: too many subscriber connections (redis.max_subscriber_connections = {max} are open); try again later");
             self.push_error(text.as_bytes());
@@ -233,11 +227,8 @@ impl RespSession {
         let version = self.version;
         self.push_bytes(|b| {
             for channel in channels {
-                let items = vec![word.clone(), channel, Frame::Integer(0)];
-                let frame = match version {
-                    RespVersion::Resp2 => Frame::Array(items),
-                    RespVersion::Resp3 => Frame::Push(items),
-                };
+                // A push: an array in RESP2.
+                let frame = Frame::Push(vec![word.clone(), channel, Frame::Integer(0)]);
                 out::frame(b, &frame, version, Shape::Plain);
             }
         });
