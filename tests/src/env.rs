@@ -35,6 +35,32 @@ pub fn free_port() -> u16 {
     panic!("could not find a free loopback port after 200 attempts");
 }
 
+/// Highest port a Redis Cluster node can listen on: its cluster bus is the
+/// port + 10000.
+pub const MAX_CLUSTER_PORT: u16 = 55535;
+
+/// A free loopback port for a Redis Cluster node: at most
+/// [`MAX_CLUSTER_PORT`], with its bus port (+ 10000) free too and handed out
+/// with it, so that no other test of this binary gets the bus port as a
+/// port of its own.
+pub fn free_cluster_port() -> u16 {
+    for _ in 0..200 {
+        let port = free_port();
+        if port > MAX_CLUSTER_PORT {
+            continue;
+        }
+        let bus = port + 10000;
+        if TcpListener::bind(("127.0.0.1", bus)).is_err() {
+            continue;
+        }
+        let mut used = handed_out().lock().unwrap_or_else(|e| e.into_inner());
+        if used.insert(bus) {
+            return port;
+        }
+    }
+    panic!("could not find a free cluster port (and bus port) after 200 attempts");
+}
+
 /// Whether an executable called `name` is on `PATH`.
 pub fn tool_available(name: &str) -> bool {
     find_in_path(name).is_some()

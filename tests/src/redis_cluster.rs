@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::env::free_port;
+use crate::env::free_cluster_port;
 use crate::ops_support::poll_until;
 use crate::process::{
     kill_and_reap, run_with_timeout, spawn, start_memshift_on_free_ports, temp_dir, Memshift,
@@ -103,7 +103,7 @@ impl RedisClusterNodes {
     fn spawn_on_free_port(&mut self, i: usize) -> usize {
         // A port taken between free_port() and bind: try another.
         for _ in 0..5 {
-            let port = free_port();
+            let port = free_cluster_port();
             if let Ok(child) = self.spawn_node(i, port) {
                 self.ports.push(port);
                 self.children.push(Some(child));
@@ -251,12 +251,16 @@ impl RedisClusterNodes {
             if let Ok(Some(_)) = child.try_wait() {
                 return Err(std::fs::read_to_string(&log).unwrap_or_default());
             }
-            let pong = RedisClient::connect(&addr, Duration::from_millis(300))
-                .and_then(|mut c| c.cmd(&[b"PING"]))
-                .map(|r| r == Resp::Simple("PONG".into()))
-                .unwrap_or(false);
-            if pong {
-                return Ok(child);
+            // Ours, not another test run's node that took the port first
+            // (our server then fails to bind, but may not have exited yet).
+            match answering_pid(&addr) {
+                Some(pid) if pid == child.id() => return Ok(child),
+                Some(_) => {
+                    let mut c = Some(child);
+                    kill_and_reap(&mut c);
+                    return Err(format!("{addr} is another process's"));
+                }
+                None => {}
             }
             if Instant::now() > deadline {
                 let mut c = Some(child);
@@ -425,4 +429,18 @@ impl Drop for RedisClusterNodes {
             kill_and_reap(c);
         }
     }
+}
+
+/// The `process_id` of the Redis server answering on `addr`, if one does.
+pub(crate) fn answering_pid(addr: &str) -> Option<u32> {
+    let info = RedisClient::connect(addr, Duration::from_millis(300))
+        .and_then(|mut c| c.cmd(&[b"INFO", b"server"]))
+        .ok()?;
+    let Resp::Bulk(Some(text)) = info else {
+        return None;
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::env::free_port;
+use crate::env::{free_cluster_port, free_port};
 use crate::process::{kill_and_reap, run_with_timeout, spawn, temp_dir, CommandOutput};
 use crate::tls::{CertFiles, Pki};
 
@@ -36,7 +36,7 @@ impl TlsClusterNodes {
         for i in 0..6 {
             let mut last = String::new();
             for _ in 0..5 {
-                let port = free_port();
+                let port = free_cluster_port();
                 match spawn_node(&dir, i, port, &cert, pki) {
                     Ok(child) => {
                         ports.push(port);
