@@ -96,7 +96,7 @@
 # (binary to measure), CLUSTER_BENCH (1: run the cluster scenario, default;
 # 0: skip it), SHAPES, CURVE_STEPS, CURVE_DUR, NC_WARM, RESP (0: skip the
 # RESP block), RESP_N, UNIX_BENCH (1: the unix-socket rows, default; 0: skip
-# them).
+# them), FLOOR (1: the floor of a hop, default; 0: skip it).
 # --summary DIR: print the summary of an earlier run again (and redraw its plots).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
