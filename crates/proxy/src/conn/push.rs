@@ -28,7 +28,9 @@ pub const CHANNEL_CAPACITY: usize = 128;
 pub struct Push {
     /// Written once every request with a lower sequence number is answered.
     pub after: u64,
-    /// The frame, encoded for the client.
+    /// The frame, encoded as RESP3 reads it: a push keeps its `>` until
+    /// it is written, when it takes the form of the protocol the client
+    /// speaks then ([`Protocol::push_type`](super::Protocol::push_type)).
     pub frame: Bytes,
     /// The source has failed: write the frame (an error), answer nothing
     /// after it, and close the connection.
