@@ -3,9 +3,12 @@
 //! "The floor of a hop").
 //!
 //! One thread and one epoll loop: no runtime, no tasks, no timers, no
-//! metrics, no clock read. It uses memshift's own parser, ring and RESP
-//! codec and memshift's item layout in Redis (docs/storage.md): a text
-//! `get <key>` becomes `GET key`, a `set` becomes `SET key <header+data>`.
+//! metrics, no clock read but the one a `set` makes for its exptime, as
+//! memshift's does. It uses memshift's own parser, ring, and translation
+//! to Redis and its item layout (`memshift_proxy::redis::translate` and
+//! `encoding`, docs/storage.md): a text `get <key>` becomes `GET key`, a
+//! `set` becomes `SET key <header+data>` (with a CAS of 0: memshift's own
+//! comes from a per-session counter).
 //! The requests read in one loop turn go to each shard in one write (the
 //! batching memshift's connection task gets by yielding a scheduler pass),
 //! and each client's replies go out in one write per turn, in order.
@@ -23,18 +26,14 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use memshift_protocol::memcache::{
-    reply, ParseLimits, Parsed, Request, RetrievalCommand, StorageCommand,
+    reply, unix_now, ParseLimits, Parsed, Request, RetrievalCommand, StorageCommand,
 };
-use memshift_protocol::resp::{CommandWriter, Frame, ReplyParser};
+use memshift_protocol::resp::{Frame, ReplyParser};
+use memshift_proxy::redis::encoding;
+use memshift_proxy::redis::translate::{self, Expiry};
 use memshift_ring::{Ring, RingConfig, ShardSpec};
 
 use crate::epoll::Epoll;
-
-/// memshift's item header (crates/proxy/src/redis/encoding.rs): version,
-/// flags, CAS unique; version 2 adds a state byte.
-const HEADER_LEN: usize = 13;
-const FORMAT_VERSION: u8 = 1;
-const FORMAT_VERSION_META: u8 = 2;
 
 const LISTENER: u64 = u64::MAX;
 /// Tokens with this bit are shards; the others index `clients`.
@@ -67,7 +66,7 @@ struct Shard {
     wbuf: BytesMut,
     parser: ReplyParser,
     in_flight: VecDeque<InFlight>,
-    /// The keys of the gets in `sent`, back to back (a `get` reply names its
+    /// The keys of the gets in `in_flight`, back to back (a `get` reply names its
     /// key); `keys_read` bytes of it are answered.
     keys: Vec<u8>,
     keys_read: usize,
@@ -84,6 +83,16 @@ struct Client {
     head: u64,
     generation: u32,
     dirty: bool,
+}
+
+impl Client {
+    /// Put client `i` (this one) on the turn's flush list, once.
+    fn flush_this_turn(&mut self, i: usize, dirty_clients: &mut Vec<usize>) {
+        if !self.dirty {
+            self.dirty = true;
+            dirty_clients.push(i);
+        }
+    }
 }
 
 /// The loop's state.
@@ -224,9 +233,8 @@ impl Floor {
         if !open || !ok {
             self.close(i);
         } else if let Some(Some(c)) = self.clients.get_mut(i) {
-            if !c.dirty && !c.wbuf.is_empty() {
-                c.dirty = true;
-                self.dirty_clients.push(i);
+            if !c.wbuf.is_empty() {
+                c.flush_this_turn(i, &mut self.dirty_clients);
             }
         }
     }
@@ -252,7 +260,7 @@ impl Floor {
                     ..
                 } if keys.len() == 1 => keys.iter().next().map(|key| {
                     let shard = &mut self.shards[self.ring.locate(key)];
-                    CommandWriter::new(&mut shard.wbuf, 2).arg(b"GET").arg(key);
+                    translate::get(&mut shard.wbuf, key);
                     shard.keys.extend_from_slice(key);
                     (shard, Kind::Get { key_len: key.len() })
                 }),
@@ -266,17 +274,9 @@ impl Floor {
                     ..
                 } => {
                     let shard = &mut self.shards[self.ring.locate(key)];
-                    let mut head = [0u8; HEADER_LEN];
-                    head[0] = FORMAT_VERSION;
-                    head[1..5].copy_from_slice(&flags.to_be_bytes());
-                    let argc = if exptime > 0 { 5 } else { 3 };
-                    {
-                        let mut w = CommandWriter::new(&mut shard.wbuf, argc);
-                        w.arg(b"SET").arg(key).arg_parts(&[&head, data]);
-                        if exptime > 0 {
-                            w.arg(b"EX").arg_i64(exptime);
-                        }
-                    }
+                    let expiry = Expiry::from_exptime(exptime, unix_now());
+                    let set = StorageCommand::Set;
+                    translate::store(&mut shard.wbuf, set, key, flags, 0, data, expiry);
                     Some((shard, Kind::Set { noreply }))
                 }
                 _ => None,
@@ -334,10 +334,7 @@ impl Floor {
                 _ => continue,
             };
             answer(client, sent.seq, |buf| render(buf, &sent.kind, key, &frame));
-            if !client.dirty {
-                client.dirty = true;
-                self.dirty_clients.push(sent.client);
-            }
+            client.flush_this_turn(sent.client, &mut self.dirty_clients);
         }
         if shard.in_flight.is_empty() {
             shard.keys.clear();
@@ -406,14 +403,9 @@ fn render(buf: &mut BytesMut, kind: &Kind, key: &[u8], frame: &Frame) {
         (Kind::Set { noreply: true }, _) => {}
         (Kind::Set { .. }, Frame::Simple(_)) => buf.extend_from_slice(b"STORED\r\n"),
         (Kind::Get { .. }, Frame::Bulk(v)) => {
-            let start = match v.first() {
-                Some(&FORMAT_VERSION) => HEADER_LEN,
-                Some(&FORMAT_VERSION_META) => HEADER_LEN + 1,
-                _ => usize::MAX,
-            };
-            if let (Some(h), Some(data)) = (v.get(1..5), v.get(start..)) {
-                let flags = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-                reply::value(buf, key, flags, data, None);
+            // Not memshift's layout: a miss, as memshift answers it.
+            if let Some(item) = encoding::decode(v) {
+                reply::value(buf, key, item.flags, &item.data, None);
             }
             buf.extend_from_slice(b"END\r\n");
         }
