@@ -272,6 +272,14 @@ fn under_load(
     (fault_at, promoted_at, split)
 }
 
+/// A manual failover of `master`, asked of the first Sentinel.
+fn ask_failover(s: &Setup, master: &str) {
+    let reply = s.topo.sentinels[0]
+        .cmd(&[b"SENTINEL", b"FAILOVER", master.as_bytes()])
+        .expect("SENTINEL FAILOVER");
+    assert_eq!(reply, Resp::Simple("OK".into()));
+}
+
 /// Until memshift has followed a switch of `master`.
 fn wait_followed(s: &Setup, master: &str) {
     let changes = format!("memshift_backend_primary_changes_total{{shard=\"{master}\"}}");
@@ -407,10 +415,7 @@ fn lost_write_not_served(how: Failover) {
     match how {
         Failover::Pause => primary.signal(libc::SIGSTOP),
         Failover::Manual => {
-            let ok = s.topo.sentinels[0]
-                .cmd(&[b"SENTINEL", b"FAILOVER", shard.name.as_bytes()])
-                .expect("SENTINEL FAILOVER");
-            assert_eq!(ok, Resp::Simple("OK".into()));
+            ask_failover(&s, &shard.name);
         }
     }
     let fault_at = Instant::now();
@@ -581,10 +586,7 @@ fn sentinel_manual_failover_demoted_primary_is_not_written() {
     let mut c = s.memshift.client();
     // The old primary stays up and is demoted: only the switch (and the
     // `ROLE` check of every connect) keeps memshift off it.
-    let reply = s.topo.sentinels[0]
-        .cmd(&[b"SENTINEL", b"FAILOVER", shard.name.as_bytes()])
-        .expect("SENTINEL FAILOVER");
-    assert_eq!(reply, Resp::Simple("OK".into()));
+    ask_failover(&s, &shard.name);
     let (new, _) = s.topo.wait_switch(&shard.name, &old, FAILOVER_WITHIN);
     wait_followed(&s, &shard.name);
     // Written at once: Sentinel demotes the old primary only later, and a
@@ -646,10 +648,7 @@ fn sentinel_failover_drops_a_held_connection_to_the_old_primary() {
         .expect("connect to the RESP port");
     assert_eq!(c.cmd(&[b"WATCH", b"held:k"]).expect("WATCH"), ok);
 
-    let reply = s.topo.sentinels[0]
-        .cmd(&[b"SENTINEL", b"FAILOVER", shard.name.as_bytes()])
-        .expect("SENTINEL FAILOVER");
-    assert_eq!(reply, ok);
+    ask_failover(&s, &shard.name);
     let (new, _) = s.topo.wait_switch(&shard.name, &old, FAILOVER_WITHIN);
     wait_followed(&s, &shard.name);
 
