@@ -68,11 +68,25 @@ fn is_root() -> bool {
 }
 
 /// Whether a Redis server (or sentinel) at `addr` answers `PING`.
-pub(crate) fn answers_ping(addr: &str) -> bool {
-    RedisClient::connect(addr, Duration::from_millis(500))
-        .and_then(|mut c| c.cmd(&[b"PING"]))
-        .map(|r| r == Resp::Simple("PONG".into()))
-        .unwrap_or(false)
+/// The Redis server (or Sentinel) answering on `addr` is process `pid`:
+/// ours, not another test run's that took the port first (ours then fails
+/// to bind, but may not have exited yet).
+pub(crate) fn redis_answers_as(addr: &str, pid: u32) -> bool {
+    answering_pid(addr) == Some(pid)
+}
+
+/// The `process_id` of the Redis server answering on `addr`, if one does.
+fn answering_pid(addr: &str) -> Option<u32> {
+    let info = RedisClient::connect(addr, Duration::from_millis(500))
+        .and_then(|mut c| c.cmd(&[b"INFO", b"server"]))
+        .ok()?;
+    let Resp::Bulk(Some(text)) = info else {
+        return None;
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// Waits until `ready()` is true, failing early if the child exits.
@@ -158,7 +172,10 @@ impl RedisServer {
         let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn redis-server: {e}"))?;
         let addr = self.addr();
         let log_fn = || read_lossy(&log);
-        let res = wait_ready(&mut child, "redis-server", &log_fn, || answers_ping(&addr));
+        let pid = child.id();
+        let res = wait_ready(&mut child, "redis-server", &log_fn, || {
+            redis_answers_as(&addr, pid)
+        });
         match res {
             Ok(()) => {
                 self.child = Some(child);
@@ -328,11 +345,12 @@ impl Memcached {
         let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn memcached: {e}"))?;
         let addr = format!("127.0.0.1:{port}");
         let log_fn = || read_lossy(&log);
+        // Ours (its `stats` pid), not another run's server on the port.
+        let pid_line = format!("STAT pid {}\r\n", child.id());
         let res = wait_ready(&mut child, "memcached", &log_fn, || {
             McClient::connect_with_timeout(&addr, Duration::from_millis(500))
-                .and_then(|mut c| c.request(b"version\r\n"))
-                .map(|r| r.starts_with(b"VERSION "))
-                .unwrap_or(false)
+                .and_then(|mut c| c.request(b"stats\r\n"))
+                .is_ok_and(|r| String::from_utf8_lossy(&r).contains(&pid_line))
         });
         let mut child = Some(child);
         match res {
@@ -750,4 +768,23 @@ fn all_threads_stopped(pid: u32) -> bool {
                 .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::tool_available;
+
+    /// A starter never takes another process's server on its port for the
+    /// one it started (it waits for its own, which fails to bind).
+    #[test]
+    fn a_port_another_server_holds_is_not_taken_for_ours() {
+        if !tool_available("redis-server") || !tool_available("memcached") {
+            return;
+        }
+        let redis = RedisServer::start();
+        assert!(RedisServer::start_on(redis.port()).is_err());
+        let memcached = Memcached::start();
+        assert!(Memcached::try_start(memcached.port(), &[]).is_err());
+    }
 }

@@ -10,7 +10,8 @@ use tempfile::TempDir;
 use crate::env::free_cluster_port;
 use crate::ops_support::poll_until;
 use crate::process::{
-    kill_and_reap, run_with_timeout, spawn, start_memshift_on_free_ports, temp_dir, Memshift,
+    kill_and_reap, redis_answers_as, run_with_timeout, spawn, start_memshift_on_free_ports,
+    temp_dir, Memshift,
 };
 use crate::resp::{RedisClient, Resp};
 
@@ -251,16 +252,8 @@ impl RedisClusterNodes {
             if let Ok(Some(_)) = child.try_wait() {
                 return Err(std::fs::read_to_string(&log).unwrap_or_default());
             }
-            // Ours, not another test run's node that took the port first
-            // (our server then fails to bind, but may not have exited yet).
-            match answering_pid(&addr) {
-                Some(pid) if pid == child.id() => return Ok(child),
-                Some(_) => {
-                    let mut c = Some(child);
-                    kill_and_reap(&mut c);
-                    return Err(format!("{addr} is another process's"));
-                }
-                None => {}
+            if redis_answers_as(&addr, child.id()) {
+                return Ok(child);
             }
             if Instant::now() > deadline {
                 let mut c = Some(child);
@@ -429,18 +422,4 @@ impl Drop for RedisClusterNodes {
             kill_and_reap(c);
         }
     }
-}
-
-/// The `process_id` of the Redis server answering on `addr`, if one does.
-pub(crate) fn answering_pid(addr: &str) -> Option<u32> {
-    let info = RedisClient::connect(addr, Duration::from_millis(300))
-        .and_then(|mut c| c.cmd(&[b"INFO", b"server"]))
-        .ok()?;
-    let Resp::Bulk(Some(text)) = info else {
-        return None;
-    };
-    String::from_utf8_lossy(&text)
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
 }

@@ -14,7 +14,7 @@ use tempfile::TempDir;
 
 use crate::env::free_port;
 use crate::process::{
-    answers_ping, kill_and_reap, read_lossy, spawn, temp_dir, wait_ready, RedisServer,
+    kill_and_reap, read_lossy, redis_answers_as, spawn, temp_dir, wait_ready, RedisServer,
 };
 use crate::resp::{RedisClient, Resp};
 
@@ -60,8 +60,9 @@ impl Sentinel {
         let mut child = spawn(cmd, &log, &log).map_err(|e| format!("spawn sentinel: {e}"))?;
         let addr = format!("127.0.0.1:{port}");
         let log_fn = || read_lossy(&log);
+        let pid = child.id();
         let ready = wait_ready(&mut child, "redis-sentinel", &log_fn, || {
-            answers_ping(&addr)
+            redis_answers_as(&addr, pid)
         });
         let mut s = Sentinel {
             port,

@@ -195,7 +195,10 @@ impl Memcached {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // port taken meanwhile: try another
                 }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Ours (its `stats` pid), not another run's server that
+                // took the port first (ours then fails to bind, but may
+                // not have exited yet).
+                if answers_as(port, child.id()) {
                     return Some(Memcached { child, port });
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
@@ -221,6 +224,27 @@ impl Drop for Memcached {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The memcached answering on `port` is process `pid` (from its `stats`).
+fn answers_as(port: u16, pid: u32) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let timeout = Some(std::time::Duration::from_millis(500));
+    if conn.set_read_timeout(timeout).is_err() || conn.write_all(b"stats\r\n").is_err() {
+        return false;
+    }
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        match conn.read(&mut chunk) {
+            Ok(n) if n > 0 => reply.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
+    }
+    String::from_utf8_lossy(&reply).contains(&format!("STAT pid {pid}\r\n"))
 }
 
 fn running_as_root() -> bool {
