@@ -122,6 +122,50 @@ fn accepts(addr: &str) -> bool {
     crate::socket::Socket::connect(addr, Duration::from_millis(200)).is_ok()
 }
 
+/// `addr` accepts connections, and when it is a TCP port, the socket
+/// listening there is process `pid`'s: not another test run's server that
+/// took the port first (ours then fails to bind, but may not have exited
+/// yet). A unix socket's path is in the test's own directory.
+fn accepts_as(addr: &str, pid: u32) -> bool {
+    if !accepts(addr) {
+        return false;
+    }
+    match addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+    {
+        Some(port) if !addr.starts_with("unix:") => listens_on(pid, port),
+        _ => true,
+    }
+}
+
+/// Process `pid` holds the socket listening on TCP `port` (from
+/// /proc/net/tcp{,6} and the process's fds).
+fn listens_on(pid: u32, port: u16) -> bool {
+    let port_hex = format!(":{port:04X}");
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| fs::read_to_string(table).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    // local_address, st (0A: LISTEN), inode.
+                    let listening = f.get(1)?.ends_with(&port_hex) && *f.get(3)? == "0A";
+                    listening.then(|| f.get(9).map(|i| format!("socket:[{i}]")))?
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| fs::read_link(fd.path()).ok())
+        .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+}
+
 // ---------------------------------------------------------------------------
 // redis-server
 
@@ -423,7 +467,8 @@ impl Memshift {
         let mut child =
             spawn(cmd, &stdout, &stderr).map_err(|e| format!("spawn {}: {e}", bin.display()))?;
         let log_fn = || read_lossy(&stderr);
-        let res = wait_ready(&mut child, "memshift", &log_fn, || accepts(&addr));
+        let pid = child.id();
+        let res = wait_ready(&mut child, "memshift", &log_fn, || accepts_as(&addr, pid));
         let mut child = Some(child);
         match res {
             Ok(()) => Ok(Memshift { child, addr, dir }),
@@ -786,5 +831,10 @@ mod tests {
         assert!(RedisServer::start_on(redis.port()).is_err());
         let memcached = Memcached::start();
         assert!(Memcached::try_start(memcached.port(), &[]).is_err());
+        // memshift, by the socket it listens on.
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = holder.local_addr().expect("addr").port();
+        assert!(!listens_on(1, port));
+        assert!(listens_on(std::process::id(), port));
     }
 }
