@@ -117,26 +117,45 @@ pub(crate) fn wait_ready(
     }
 }
 
-/// `addr` (`"ip:port"` or `"unix:/path"`) accepts a connection.
-fn accepts(addr: &str) -> bool {
-    crate::socket::Socket::connect(addr, Duration::from_millis(200)).is_ok()
-}
-
-/// `addr` accepts connections, and when it is a TCP port, the socket
-/// listening there is process `pid`'s: not another test run's server that
-/// took the port first (ours then fails to bind, but may not have exited
-/// yet). A unix socket's path is in the test's own directory.
-fn accepts_as(addr: &str, pid: u32) -> bool {
-    if !accepts(addr) {
-        return false;
+/// Process `pid` holds the socket listening at `addr` (`"ip:port"` or
+/// `"unix:/path"`), read from /proc without connecting: not another test
+/// run's server that took the port first (ours then fails to bind, but may
+/// not have exited yet), and no probe connection that memshift would count
+/// as a client (a test then racing its accept against its own first client
+/// under `max_connections`).
+fn listening_as(addr: &str, pid: u32) -> bool {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        return unix_listens_on(pid, Path::new(path));
     }
     match addr
         .rsplit_once(':')
         .and_then(|(_, p)| p.parse::<u16>().ok())
     {
-        Some(port) if !addr.starts_with("unix:") => listens_on(pid, port),
-        _ => true,
+        Some(port) => listens_on(pid, port),
+        None => false,
     }
+}
+
+/// Process `pid` holds the socket listening on unix socket `path` (from
+/// /proc/net/unix and the process's fds).
+fn unix_listens_on(pid: u32, path: &Path) -> bool {
+    const ACCEPTING: u32 = 0x0001_0000; // __SO_ACCEPTCON: listen() was called.
+    let Ok(table) = fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            // Num RefCount Protocol Flags Type St Inode Path
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
+            let inode = f.get(6)?;
+            let ours = flags & ACCEPTING != 0 && Path::new(f.get(7)?) == path;
+            ours.then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    holds_any(pid, &inodes)
 }
 
 /// Process `pid` holds the socket listening on TCP `port` (from
@@ -158,12 +177,17 @@ fn listens_on(pid: u32, port: u16) -> bool {
                 .collect::<Vec<_>>()
         })
         .collect();
+    holds_any(pid, &inodes)
+}
+
+/// One of process `pid`'s fds is one of `sockets` (`socket:[inode]`).
+fn holds_any(pid: u32, sockets: &[String]) -> bool {
     let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
     fds.filter_map(Result::ok)
         .filter_map(|fd| fs::read_link(fd.path()).ok())
-        .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+        .any(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
 }
 
 // ---------------------------------------------------------------------------
@@ -468,7 +492,7 @@ impl Memshift {
             spawn(cmd, &stdout, &stderr).map_err(|e| format!("spawn {}: {e}", bin.display()))?;
         let log_fn = || read_lossy(&stderr);
         let pid = child.id();
-        let res = wait_ready(&mut child, "memshift", &log_fn, || accepts_as(&addr, pid));
+        let res = wait_ready(&mut child, "memshift", &log_fn, || listening_as(&addr, pid));
         let mut child = Some(child);
         match res {
             Ok(()) => Ok(Memshift { child, addr, dir }),
@@ -836,5 +860,30 @@ mod tests {
         let port = holder.local_addr().expect("addr").port();
         assert!(!listens_on(1, port));
         assert!(listens_on(std::process::id(), port));
+        assert!(listening_as(
+            &format!("127.0.0.1:{port}"),
+            std::process::id()
+        ));
+    }
+
+    #[test]
+    fn a_unix_socket_is_ours_by_the_listener_we_hold_without_connecting() {
+        let dir = temp_dir("memshift-listening-");
+        let path = dir.path().join("l.sock");
+        let addr = format!("unix:{}", path.display());
+        assert!(!listening_as(&addr, std::process::id()), "no file yet");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        assert!(listening_as(&addr, std::process::id()));
+        assert!(!listening_as(&addr, 1), "another process's");
+        let other = dir.path().join("other.sock");
+        assert!(!listening_as(
+            &format!("unix:{}", other.display()),
+            std::process::id()
+        ));
+        // Checked without a connection: nothing waits to be accepted.
+        listener.set_nonblocking(true).expect("nonblocking");
+        assert!(listener.accept().is_err());
+        drop(listener);
+        assert!(!listening_as(&addr, std::process::id()), "closed");
     }
 }
