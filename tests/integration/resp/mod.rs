@@ -7,6 +7,7 @@ mod cluster;
 mod cross_protocol;
 mod eject;
 mod hostile;
+mod info_stats;
 mod keyspace;
 mod near_cache;
 mod pubsub;

@@ -218,8 +218,10 @@ pub trait Protocol {
     fn take_reply(&mut self, reply: BackendReply);
 
     /// Render a finished entry into the write buffer (the engine has taken
-    /// it off the queue and counted it; never a close).
-    fn write_reply(&mut self, entry: Self::Entry);
+    /// it off the queue and counted it; never a close). `latency`: from
+    /// its start to now, when the engine read the clock for it (entries
+    /// with a metrics command).
+    fn write_reply(&mut self, entry: Self::Entry, latency: Option<std::time::Duration>);
 
     /// Room to dispatch another request (the queue's window, and whatever
     /// the protocol holds back on).

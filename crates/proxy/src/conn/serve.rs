@@ -363,14 +363,15 @@ fn flush_ready<P: Protocol>(p: &mut P) {
         let Some(entry) = io.queue.pop_ready() else {
             return;
         };
-        if let Some(command) = entry.command() {
+        let latency = entry.command().map(|command| {
             let now = *now.get_or_insert_with(Instant::now);
             let latency = now.saturating_duration_since(entry.started());
             let proxy = p.proxy();
             proxy
                 .metrics
                 .request(p.front(), command, latency.as_secs_f64());
-        }
+            latency
+        });
         let io = p.io();
         if entry.is_close() {
             // Nothing after a close is answered.
@@ -384,7 +385,7 @@ fn flush_ready<P: Protocol>(p: &mut P) {
         if io.wbuf.capacity() == 0 {
             *io.wbuf = pool::take_buffer(Buffer::Write, FIRST_WRITE);
         }
-        p.write_reply(entry);
+        p.write_reply(entry, latency);
     }
 }
 

@@ -31,7 +31,7 @@ use crate::proxy::Proxy;
 use crate::redis::encoding::CasGenerator;
 use crate::redis::BackendReply;
 use cmd::near_before_reply;
-use pending::{NearAfter, Pending, Render};
+use pending::{NearAfter, Pending, Render, Tally};
 
 /// Largest incomplete request kept (Redis' default client-query-buffer-limit).
 const MAX_QUERY_BYTES: usize = 1024 * 1024 * 1024;
@@ -55,6 +55,8 @@ pub struct RespSession {
     args: Vec<Bytes>,
     /// Its `metrics::COMMANDS` index (set by `dispatch`).
     command: Option<usize>,
+    /// Its `INFO commandstats` row (set by `dispatch`).
+    stats_row: Option<u16>,
     /// `[redis] timeout_ms`, read once per batch of requests.
     request_timeout: std::time::Duration,
     /// The requests read, in the client's order.
@@ -96,6 +98,7 @@ impl RespSession {
             parser: RequestParser::new(),
             args: Vec::new(),
             command: None,
+            stats_row: None,
             request_timeout: std::time::Duration::ZERO,
             pending: Queue::default(),
             replies: None,
@@ -141,6 +144,7 @@ impl RespSession {
                     let frame = self.rbuf.split_to(consumed).freeze();
                     self.args.clear();
                     self.command = None;
+                    self.stats_row = None;
                     for range in self.parser.args() {
                         self.args.push(frame.slice(range.clone()));
                     }
@@ -187,8 +191,9 @@ impl RespSession {
         if matches!(render, Render::Close) {
             self.conn.closing = true;
         }
-        self.pending
-            .push_ready(Pending::ready(render, self.command, Instant::now()));
+        let mut p = Pending::ready(render, self.command, Instant::now());
+        p.stats = self.stats_row;
+        self.pending.push_ready(p);
     }
 
     /// Queue an error reply (`text` starts with its code: `ERR ...`).
@@ -207,7 +212,7 @@ impl RespSession {
         let timeout = self.request_timeout;
         let now = Instant::now();
         let command = self.command;
-        self.pending.push_waiting(Pending::waiting(
+        let mut p = Pending::waiting(
             render,
             parts,
             command,
@@ -215,18 +220,24 @@ impl RespSession {
             // The connection times requests out itself; this is the
             // backstop should a reply never come.
             now + timeout * 2 + std::time::Duration::from_millis(100),
-        ))
+        );
+        p.stats = self.stats_row;
+        self.pending.push_waiting(p)
     }
 }
 
 impl conn::Protocol for RespSession {
     crate::protocol_basics!(Pending, pushes: pushes);
 
-    fn write_reply(&mut self, mut p: Pending) {
+    fn write_reply(&mut self, mut p: Pending, latency: Option<std::time::Duration>) {
         if !matches!(p.near, NearAfter::Nothing) {
             near_before_reply(&self.proxy, &mut p);
         }
-        p.render_into(&mut self.wbuf, self.version, cmd::is_served);
+        let tally = Tally {
+            stats: &self.proxy.stats.commands,
+            usec: latency.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        };
+        p.render_into(&mut self.wbuf, self.version, cmd::is_served, &tally);
     }
 
     fn room_to_dispatch(&self) -> bool {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::near_cache::store::Ticket;
 use crate::redis::encoding;
 use crate::redis::{BackendError, Reply};
+use crate::stats::{error_code, CommandStats, Outcome};
 
 /// The connection dropped or timed out after `EXEC` was written: Redis may
 /// have run the transaction (a client of Redis itself would see a dropped
@@ -70,8 +71,9 @@ pub(super) enum Render {
     /// Rendered by the command's own family (see [`Gather`]).
     Gather(Box<dyn Gather>),
     /// EXEC: the array's elements rendered as each queued command's reply
-    /// (`cmd::transaction`); a nil (WATCH) or an error as it came.
-    Exec(Vec<Render>),
+    /// (`cmd::transaction`), each counted in its command's stats row; a
+    /// nil (WATCH) or an error as it came.
+    Exec(Vec<(Render, Option<u16>)>),
 }
 
 #[derive(Debug)]
@@ -83,6 +85,8 @@ pub struct Pending {
     bytes: usize,
     /// Index into `metrics::COMMANDS`.
     pub(super) command: Option<usize>,
+    /// Its `INFO commandstats` row (`cmd::table::stats_row`).
+    pub(super) stats: Option<u16>,
     pub(super) started: Instant,
     pub(super) deadline: Instant,
     /// Near cache: what to do just before the reply is written.
@@ -158,6 +162,7 @@ impl Pending {
             waiting: 0,
             bytes: 0,
             command,
+            stats: None,
             started: now,
             deadline: now,
             near: NearAfter::Nothing,
@@ -181,6 +186,7 @@ impl Pending {
             waiting: parts as u32,
             bytes: 0,
             command,
+            stats: None,
             started: now,
             deadline,
             near: NearAfter::Nothing,
@@ -246,12 +252,32 @@ impl Pending {
 
     /// Write the reply; `served` says which commands memshift serves (for
     /// COMMAND's table).
-    pub(super) fn render_into(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
+    /// Render the reply into `buf` and count it (`tally`).
+    pub(super) fn render_into(
+        self,
+        buf: &mut BytesMut,
+        v: RespVersion,
+        served: fn(&[u8]) -> bool,
+        tally: &Tally,
+    ) {
+        let start = buf.len();
+        let row = self.stats;
+        self.render_reply(buf, v, served, tally);
+        tally.reply(row, buf.get(start..).unwrap_or_default());
+    }
+
+    fn render_reply(
+        self,
+        buf: &mut BytesMut,
+        v: RespVersion,
+        served: fn(&[u8]) -> bool,
+        tally: &Tally,
+    ) {
         match &self.render {
             Render::Ready(bytes) => return buf.extend_from_slice(bytes),
             Render::Close => return,
             Render::Gather(g) => return g.render(self.parts(), buf, v),
-            Render::Exec(_) => return self.render_exec(buf, v, served),
+            Render::Exec(_) => return self.render_exec(buf, v, served, tally),
             _ => {}
         }
         // A backend failure answers the whole request.
@@ -369,7 +395,15 @@ impl Pending {
 impl Pending {
     /// EXEC's reply: its array's elements each rendered as its queued
     /// command's reply would be.
-    fn render_exec(self, buf: &mut BytesMut, v: RespVersion, served: fn(&[u8]) -> bool) {
+    /// Redis counts each queued command as it runs inside EXEC (its time
+    /// is EXEC's: 0 µs here).
+    fn render_exec(
+        self,
+        buf: &mut BytesMut,
+        v: RespVersion,
+        served: fn(&[u8]) -> bool,
+        tally: &Tally,
+    ) {
         let Render::Exec(renders) = self.render else {
             return;
         };
@@ -381,10 +415,15 @@ impl Pending {
             Some(Ok(Frame::Array(items))) if items.len() == renders.len() => {
                 out::array(buf, items.len());
                 let started = self.started;
-                for (render, item) in renders.into_iter().zip(items) {
+                let queued = Tally {
+                    stats: tally.stats,
+                    usec: 0,
+                };
+                for ((render, row), item) in renders.into_iter().zip(items) {
                     let mut p = Pending::waiting(render, 1, None, started, started);
+                    p.stats = row;
                     p.fill(0, Ok(Reply::Redis(item)), 0);
-                    p.render_into(buf, v, served);
+                    p.render_into(buf, v, served, &queued);
                 }
             }
             // A nil (a WATCHed key changed), an error (EXECABORT).
@@ -394,6 +433,66 @@ impl Pending {
             Some(Err(e)) => backend_error(buf, e),
         }
     }
+}
+
+/// Where written replies are counted: `INFO commandstats` (the request's
+/// row) and `errorstats`.
+pub(super) struct Tally<'a> {
+    pub stats: &'a CommandStats,
+    /// The request's time, from its dispatch to its reply.
+    pub usec: u64,
+}
+
+impl Tally<'_> {
+    /// `reply` (its bytes as written) answered a request of `row`.
+    fn reply(&self, row: Option<u16>, reply: &[u8]) {
+        let outcome = match reply.split_first() {
+            None => return,
+            Some((b'-', text)) => {
+                self.stats.error(error_code(text));
+                if rejected(text) {
+                    Outcome::Rejected
+                } else {
+                    Outcome::Failed
+                }
+            }
+            Some(_) => Outcome::Done,
+        };
+        if let Some(row) = row {
+            self.stats.record(row.into(), outcome, self.usec);
+        }
+    }
+}
+
+/// An error Redis answers before running the command (its
+/// `rejected_calls`): arity, authentication, the subscribed context, a
+/// cluster redirect, the server's state; and memshift's refusals (a command
+/// or key it does not serve here), which it never sends.
+fn rejected(text: &[u8]) -> bool {
+    const CODES: [&[u8]; 13] = [
+        b"NOAUTH",
+        b"NOPERM",
+        b"CROSSSLOT",
+        b"MOVED",
+        b"ASK",
+        b"TRYAGAIN",
+        b"OOM",
+        b"MISCONF",
+        b"NOREPLICAS",
+        b"READONLY",
+        b"LOADING",
+        b"MASTERDOWN",
+        b"BUSY",
+    ];
+    const ERR_PREFIXES: [&[u8]; 3] = [
+        b"ERR wrong number of arguments",
+        b"ERR Can't execute",
+        b"ERR memshift: this key is still migrating",
+    ];
+    let code = error_code(text);
+    CODES.contains(&code)
+        || ERR_PREFIXES.iter().any(|p| text.starts_with(p))
+        || (code == b"ERR" && memchr::memmem::find(text, b" is not supported ").is_some())
 }
 
 /// A stored string as a Redis client reads it: the data of a memshift

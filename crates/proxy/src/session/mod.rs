@@ -269,7 +269,7 @@ fn stale_key(stale: StaleKey<'_>) -> Option<bytes::Bytes> {
 impl conn::Protocol for Session {
     crate::protocol_basics!(Pending);
 
-    fn write_reply(&mut self, pending: Pending) {
+    fn write_reply(&mut self, pending: Pending, _latency: Option<std::time::Duration>) {
         if self.wire == Wire::Binary {
             self.render_binary(pending);
         } else {

@@ -2,6 +2,7 @@
 //! the switches of the admin commands that have state (`stats detail`,
 //! `stats sizes_enable`, `lru_crawler enable|disable`).
 
+mod commands;
 mod prefix;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,6 +11,9 @@ use std::time::Instant;
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
 
+pub use commands::{
+    error_code, CommandStats, Outcome, Row as CommandRow, MAX_ROWS as COMMAND_ROWS,
+};
 pub use prefix::{PrefixStats, MAX_PREFIXES};
 
 use crate::per_thread::PerThreadCounter;
@@ -56,6 +60,8 @@ pub struct Stats {
     pub blocked_clients: AtomicU64,
     /// `stats detail`: per-prefix counts.
     pub prefixes: PrefixStats,
+    /// RESP INFO `commandstats`, `errorstats`, `total_error_replies`.
+    pub commands: CommandStats,
     /// `stats sizes_enable|sizes_disable` (memcached: off by default).
     pub sizes_enabled: AtomicBool,
     /// `lru_crawler disable|enable` (memcached: enabled by default).

@@ -6,7 +6,10 @@
 //! client sees memshift (`tcp_port`, `connected_clients`, connections and
 //! bytes), the shards' (every shard, every master of a cluster) summed
 //! where they add up (memory, persistence, keyspace, command and key
-//! counters). The shards' INFO is read only when a section needs it, with
+//! counters), memshift's own per-command and per-error counts in
+//! Commandstats and Errorstats (`crate::stats::CommandStats`, counted as
+//! replies are written: `resp::pending::Tally`). The shards' INFO is read
+//! only when a section needs it, with
 //! the request timeout; a shard that does not answer adds
 //! `memshift_shards_missing:<n>` to those sections instead of a hang.
 //! docs/resp.md lists every field.
@@ -22,6 +25,7 @@ use memshift_protocol::resp::{CommandWriter, Frame};
 use super::super::pending::{Gather, Part, Render};
 use super::super::RespSession;
 use super::connection::REDIS_VERSION;
+use crate::stats::CommandStats;
 
 /// INFO's sections in Redis 7.0's order: the name INFO takes, the title,
 /// whether `INFO` alone includes it, whether the shards' INFO feeds it.
@@ -41,6 +45,41 @@ const SECTIONS: [(&str, &str, bool, bool); 14] = [
     ("keyspace", "Keyspace", true, true),
     ("memshift", "Memshift", true, false),
 ];
+
+/// `cmdstat_<name>:calls=..,usec=..,usec_per_call=..,rejected_calls=..,
+/// failed_calls=..` for every command (and subcommand) counted so far.
+fn command_stats(stats: &CommandStats, text: &mut String) {
+    for row in 0..super::table::stats_rows() {
+        let r = stats.row(row);
+        let Some(name) = super::table::stats_name(row) else {
+            continue;
+        };
+        if r.calls == 0 && r.rejected == 0 && r.failed == 0 {
+            continue;
+        }
+        let per_call = if r.calls == 0 {
+            0.0
+        } else {
+            r.usec as f64 / r.calls as f64
+        };
+        let _ = write!(
+            text,
+            "cmdstat_{name}:calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}\r\n",
+            r.calls, r.usec, r.rejected, r.failed
+        );
+    }
+}
+
+/// `errorstat_<CODE>:count=..` for every error code answered so far.
+fn error_stats(stats: &CommandStats, text: &mut String) {
+    for (code, count) in stats.errors() {
+        let _ = write!(
+            text,
+            "errorstat_{}:count={count}\r\n",
+            String::from_utf8_lossy(&code)
+        );
+    }
+}
 
 /// How the shards' values of a field become the fleet's.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +140,7 @@ const STATS: &[(&str, Fold)] = &[
     ("evicted_keys", Sum),
     ("keyspace_hits", Sum),
     ("keyspace_misses", Sum),
-    ("total_error_replies", Sum),
+    ("total_error_replies", Own(|s| s.error_replies)),
 ];
 
 /// memshift's counters in the Stats section, read when INFO came.
@@ -111,6 +150,8 @@ struct OwnStats {
     net_input: u64,
     net_output: u64,
     rejected: u64,
+    /// Error replies memshift sent its RESP clients.
+    error_replies: u64,
 }
 
 impl RespSession {
@@ -173,8 +214,16 @@ impl RespSession {
                     crate::redis::sentinel::render_info(shards, &mut text);
                     written
                 }
-                // Modules, commandstats, errorstats, latencystats: none
-                // kept (per-command counts are in memshift's metrics).
+                "commandstats" => {
+                    command_stats(&stats.commands, &mut text);
+                    Ok(())
+                }
+                "errorstats" => {
+                    error_stats(&stats.commands, &mut text);
+                    Ok(())
+                }
+                // Modules, latencystats: none kept (request durations are
+                // in memshift's metrics).
                 _ => Ok(()),
             };
             sections.push((i, text));
@@ -186,6 +235,7 @@ impl RespSession {
                 net_input: stats.bytes_read.get(),
                 net_output: stats.bytes_written.get(),
                 rejected: stats.rejected_connections.get(),
+                error_replies: stats.commands.error_replies(),
             },
         }
     }

@@ -50,12 +50,13 @@ use table::Family;
 /// Longest command name looked up (longer ones are unknown).
 const MAX_NAME: usize = 24;
 
-/// The family of `upper` (an upper-case command name) and its metrics group.
-fn lookup(upper: &[u8]) -> Option<(Family, &'static str)> {
+/// The family of `upper` (an upper-case command name), its metrics group
+/// and, for a served command, its table row.
+fn lookup(upper: &[u8]) -> Option<(Family, &'static str, Option<&'static table::Command>)> {
     if let Some(c) = table::find(upper) {
-        return Some((c.family, c.group));
+        return Some((c.family, c.group, Some(c)));
     }
-    Some((Family::Refused(refused::reason(upper)?), "refused"))
+    Some((Family::Refused(refused::reason(upper)?), "refused", None))
 }
 
 /// Whether memshift serves the command (for COMMAND's answers).
@@ -96,6 +97,7 @@ impl RespSession {
         };
         let upper = &buf[..self.args[0].len()];
         self.command = command_index(found.1);
+        self.stats_row = found.2.and_then(|c| table::stats_row(c, &self.args));
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }

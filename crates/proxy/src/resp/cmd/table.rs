@@ -215,6 +215,95 @@ pub(super) fn find(upper: &[u8]) -> Option<&'static Command> {
 }
 
 /// `COMMANDS` sorted by name, built once.
+/// Subcommands counted apart in `INFO commandstats`, as Redis 7.0 names
+/// its container commands' subcommands (`cmdstat_config|get`): their rows
+/// follow [`COMMANDS`]'.
+static SUBCOMMANDS: &[&str] = &[
+    "client|setname",
+    "client|getname",
+    "client|id",
+    "client|setinfo",
+    "client|tracking",
+    "client|caching",
+    "client|trackinginfo",
+    "client|getredir",
+    "client|info",
+    "client|list",
+    "client|kill",
+    "client|reply",
+    "client|no-evict",
+    "client|pause",
+    "client|unpause",
+    "client|unblock",
+    "client|help",
+    "command|count",
+    "command|docs",
+    "command|info",
+    "command|list",
+    "command|getkeys",
+    "command|getkeysandflags",
+    "command|help",
+    "config|get",
+    "config|set",
+    "config|resetstat",
+    "config|rewrite",
+    "config|help",
+    "script|load",
+    "script|exists",
+    "script|flush",
+    "script|kill",
+    "script|help",
+    "object|encoding",
+    "object|freq",
+    "object|idletime",
+    "object|refcount",
+    "object|help",
+    "pubsub|channels",
+    "pubsub|numsub",
+    "pubsub|numpat",
+    "pubsub|shardchannels",
+    "pubsub|shardnumsub",
+    "pubsub|help",
+];
+
+/// The `INFO commandstats` row of `command` called with `args` (`args[0]`
+/// its name): the command's own, or its subcommand's for a container
+/// command (none for a subcommand Redis does not know: it counts no call,
+/// only the error).
+pub(super) fn stats_row(command: &'static Command, args: &[bytes::Bytes]) -> Option<u16> {
+    let own = (command as *const Command as usize - COMMANDS.as_ptr() as usize)
+        / std::mem::size_of::<Command>();
+    let container = matches!(
+        command.name,
+        "client" | "command" | "config" | "script" | "object" | "pubsub"
+    );
+    let sub = match args.get(1) {
+        Some(sub) if container => sub,
+        // No subcommand: Redis rejects the container itself (arity).
+        _ => return u16::try_from(own).ok(),
+    };
+    let name = command.name.as_bytes();
+    let j = SUBCOMMANDS.iter().position(|s| {
+        s.len() == name.len() + 1 + sub.len()
+            && s.as_bytes().starts_with(name)
+            && s.as_bytes()[name.len() + 1..].eq_ignore_ascii_case(sub)
+    })?;
+    u16::try_from(COMMANDS.len() + j).ok()
+}
+
+/// The name `INFO commandstats` shows for `row`.
+pub(super) fn stats_name(row: usize) -> Option<&'static str> {
+    match COMMANDS.get(row) {
+        Some(c) => Some(c.name),
+        None => SUBCOMMANDS.get(row - COMMANDS.len()).copied(),
+    }
+}
+
+/// Rows in use (commands, then subcommands).
+pub(super) fn stats_rows() -> usize {
+    COMMANDS.len() + SUBCOMMANDS.len()
+}
+
 fn by_name() -> &'static [&'static Command] {
     static INDEX: OnceLock<Vec<&'static Command>> = OnceLock::new();
     INDEX.get_or_init(|| {
@@ -249,6 +338,38 @@ mod tests {
         assert!(find(b"NOSUCH").is_none());
         assert!(find(b"").is_none());
         assert!(find(b"get").is_none(), "callers pass upper case");
+    }
+
+    #[test]
+    fn every_command_and_subcommand_has_a_stats_row() {
+        use bytes::Bytes;
+        assert!(stats_rows() <= crate::stats::COMMAND_ROWS);
+        for (i, c) in COMMANDS.iter().enumerate() {
+            let row = stats_row(c, &[Bytes::from_static(c.name.as_bytes())]);
+            assert_eq!(row, Some(i as u16));
+            assert_eq!(stats_name(i), Some(c.name));
+        }
+        for (j, s) in SUBCOMMANDS.iter().enumerate() {
+            let (name, sub) = s.split_once('|').unwrap();
+            let c = find(name.to_ascii_uppercase().as_bytes()).unwrap();
+            let args = [
+                Bytes::from_static(name.as_bytes()),
+                Bytes::from(sub.to_ascii_uppercase()),
+            ];
+            let row = stats_row(c, &args).unwrap() as usize;
+            assert_eq!(row, COMMANDS.len() + j);
+            assert_eq!(stats_name(row), Some(*s));
+        }
+        let client = find(b"CLIENT").unwrap();
+        let unknown = [Bytes::from_static(b"client"), Bytes::from_static(b"nosuch")];
+        assert_eq!(stats_row(client, &unknown), None);
+        let get = find(b"GET").unwrap();
+        let args = [Bytes::from_static(b"get"), Bytes::from_static(b"client")];
+        assert_eq!(
+            stats_name(stats_row(get, &args).unwrap() as usize),
+            Some("get")
+        );
+        assert_eq!(stats_name(stats_rows()), None);
     }
 
     #[test]

@@ -60,7 +60,8 @@ pub(in crate::resp) struct TxnState {
 #[derive(Debug, Default)]
 struct Queue {
     cmds: Vec<Bytes>,
-    renders: Vec<Render>,
+    /// Each queued command's reply rendering and stats row.
+    renders: Vec<(Render, Option<u16>)>,
     target: Option<Target>,
     /// A queued command was refused: `EXEC` answers `-EXECABORT`.
     aborted: bool,
@@ -162,6 +163,9 @@ impl RespSession {
         let found = upper(&self.args[0], &mut buf).and_then(lookup);
         let name = &buf[..self.args[0].len().min(MAX_NAME)];
         self.command = found.and_then(|f| crate::metrics::command_index(f.1));
+        self.stats_row = found
+            .and_then(|f| f.2)
+            .and_then(|c| super::table::stats_row(c, &self.args));
         match found.map(|f| f.0) {
             Some(Family::Transaction) if name != b"UNWATCH" => return self.transaction(name),
             Some(Family::Transaction) => return self.queue_keyless(1..=1),
@@ -241,7 +245,9 @@ impl RespSession {
             NearAfter::WrittenMany(hs) => queue.written.extend(hs),
             _ => {}
         }
-        queue.renders.push(p.render);
+        queue.renders.push((p.render, p.stats));
+        // Queued, not run: Redis counts it when EXEC runs it.
+        self.stats_row = None;
         self.push_simple(b"QUEUED");
     }
 
@@ -262,8 +268,10 @@ impl RespSession {
         let cmd = self.encode_args();
         if let Some(q) = self.txn.multi.as_mut() {
             q.cmds.push(cmd);
-            q.renders.push(Render::Relay(Default::default()));
+            q.renders
+                .push((Render::Relay(Default::default()), self.stats_row));
         }
+        self.stats_row = None;
         self.push_simple(b"QUEUED");
     }
 

@@ -1,0 +1,159 @@
+//! RESP `INFO commandstats` and `INFO errorstats`: per-command calls, time,
+//! rejections and failures, and error replies by code, as Redis 7.0 keeps
+//! them for what its clients sent.
+//!
+//! A command is a row (its index in the RESP command table, subcommands
+//! after it: `resp::cmd::table`); each row's four counters are per-thread
+//! ([`PerThreadCounters`]), so counting writes no line another core
+//! writes. Error codes are few and only error replies touch them: a map
+//! under a lock, bounded as Redis bounds it (128 codes; later ones count
+//! in `total_error_replies` only).
+
+use std::sync::{Mutex, PoisonError};
+
+use crate::per_thread::{PerThreadCounter, PerThreadCounters};
+
+/// Rows a table may have (commands and subcommands).
+pub const MAX_ROWS: usize = 256;
+const FIELDS: usize = 4;
+const CALLS: usize = 0;
+const USEC: usize = 1;
+const REJECTED: usize = 2;
+const FAILED: usize = 3;
+/// Distinct error codes kept (Redis' `ERROR_STATS_NUMBER`).
+pub const MAX_ERROR_CODES: usize = 128;
+
+/// How a command ended, as Redis counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Ran and answered (`calls`).
+    Done,
+    /// Ran and answered an error (`calls` and `failed_calls`).
+    Failed,
+    /// Refused before it ran: arity, authentication, context
+    /// (`rejected_calls` only).
+    Rejected,
+}
+
+/// One row's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Row {
+    pub calls: u64,
+    pub usec: u64,
+    pub rejected: u64,
+    pub failed: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct CommandStats {
+    rows: PerThreadCounters<{ MAX_ROWS * FIELDS }>,
+    error_replies: PerThreadCounter,
+    /// (code, count) in first-seen order.
+    errors: Mutex<Vec<(Box<[u8]>, u64)>>,
+}
+
+impl CommandStats {
+    /// Row `row` ended as `outcome` after `usec` µs (a row past
+    /// [`MAX_ROWS`] is ignored).
+    #[inline]
+    pub fn record(&self, row: usize, outcome: Outcome, usec: u64) {
+        if row >= MAX_ROWS {
+            return;
+        }
+        let at = row * FIELDS;
+        match outcome {
+            Outcome::Done => {
+                self.rows.add_at(at + CALLS, 1);
+                self.rows.add_at(at + USEC, usec);
+            }
+            Outcome::Failed => {
+                self.rows.add_at(at + CALLS, 1);
+                self.rows.add_at(at + USEC, usec);
+                self.rows.add_at(at + FAILED, 1);
+            }
+            Outcome::Rejected => self.rows.add_at(at + REJECTED, 1),
+        }
+    }
+
+    pub fn row(&self, row: usize) -> Row {
+        let at = row * FIELDS;
+        Row {
+            calls: self.rows.get_at(at + CALLS),
+            usec: self.rows.get_at(at + USEC),
+            rejected: self.rows.get_at(at + REJECTED),
+            failed: self.rows.get_at(at + FAILED),
+        }
+    }
+
+    /// An error reply whose code (its first word) is `code`.
+    pub fn error(&self, code: &[u8]) {
+        self.error_replies.add(1);
+        let mut errors = self.errors.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, n)) = errors.iter_mut().find(|(c, _)| **c == *code) {
+            *n += 1;
+        } else if errors.len() < MAX_ERROR_CODES {
+            errors.push((code.into(), 1));
+        }
+    }
+
+    /// Error replies sent (`total_error_replies`).
+    pub fn error_replies(&self) -> u64 {
+        self.error_replies.get()
+    }
+
+    /// Each code's count, in first-seen order.
+    pub fn errors(&self) -> Vec<(Box<[u8]>, u64)> {
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The code of an error reply's text (after `-`): its first word.
+pub fn error_code(text: &[u8]) -> &[u8] {
+    let end = memchr::memchr2(b' ', b'\r', text).unwrap_or(text.len());
+    text.get(..end).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_count_as_redis_counts_them() {
+        let s = CommandStats::default();
+        s.record(3, Outcome::Done, 5);
+        s.record(3, Outcome::Failed, 2);
+        s.record(3, Outcome::Rejected, 9);
+        s.record(MAX_ROWS, Outcome::Done, 1);
+        let row = s.row(3);
+        assert_eq!(
+            row,
+            Row {
+                calls: 2,
+                usec: 7,
+                rejected: 1,
+                failed: 1
+            }
+        );
+        assert_eq!(s.row(4), Row::default());
+    }
+
+    #[test]
+    fn error_codes_are_the_first_word_and_bounded() {
+        assert_eq!(error_code(b"ERR wrong number"), b"ERR");
+        assert_eq!(error_code(b"WRONGTYPE\r\n"), b"WRONGTYPE");
+        assert_eq!(error_code(b""), b"");
+        let s = CommandStats::default();
+        s.error(b"ERR");
+        s.error(b"ERR");
+        for i in 0..MAX_ERROR_CODES + 5 {
+            s.error(format!("E{i}").as_bytes());
+        }
+        let errors = s.errors();
+        assert_eq!(errors.len(), MAX_ERROR_CODES);
+        assert_eq!(errors[0], (b"ERR".to_vec().into_boxed_slice(), 2));
+        assert_eq!(s.error_replies(), 2 + MAX_ERROR_CODES as u64 + 5);
+    }
+}

@@ -1,0 +1,155 @@
+//! `INFO commandstats`, `INFO errorstats` and `total_error_replies` through
+//! memshift's RESP port (3 ring shards) against one plain Redis given the
+//! same commands: calls, rejected and failed calls per command and
+//! subcommand, and error replies by code, through arity errors, unknown
+//! commands and subcommands, wrong types, and transactions that run, fail
+//! inside, abort (`EXECABORT`) and are watched, and the subscribed
+//! context.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use memshift_tests::{require_tools, RedisClient, RedisServer, Resp, RespCluster};
+
+/// The commands, each sent alone and answered before the next.
+const SCRIPT: &[&[&str]] = &[
+    &["SET", "{t}a", "1"],
+    &["GET", "{t}a"],
+    &["GET"],
+    &["INCR", "{t}a"],
+    &["SET", "{t}s", "x"],
+    &["INCR", "{t}s"],
+    &["NOPE", "x"],
+    &["CLIENT", "SETNAME", "n"],
+    &["CLIENT", "FOO"],
+    &["CLIENT"],
+    &["CONFIG", "GET", "maxmemory"],
+    &["LPUSH", "{t}l", "x"],
+    &["GET", "{t}l"],
+    &["AUTH", "nopass"],
+    // A command refused while queued: EXEC aborts, nothing runs.
+    &["MULTI"],
+    &["SET"],
+    &["SET", "{t}a", "2"],
+    &["EXEC"],
+    // Runs, one command failing inside.
+    &["MULTI"],
+    &["SET", "{t}a", "3"],
+    &["INCR", "{t}s"],
+    &["EXEC"],
+    &["MULTI"],
+    &["DISCARD"],
+    &["WATCH", "{t}a"],
+    &["MULTI"],
+    &["GET", "{t}a"],
+    &["EXEC"],
+    &["PING"],
+    &["ECHO", "hi"],
+    &["DEL", "{t}a", "{t}l"],
+    &["MGET", "{t}a", "{t}s"],
+    &["EXISTS", "{t}a"],
+    // Subscribed (RESP2): a GET is refused before it runs.
+    &["SUBSCRIBE", "ch"],
+    &["GET", "{t}a"],
+    &["PING"],
+    &["UNSUBSCRIBE", "ch"],
+];
+
+/// Commands either side also ran for itself (the harness' readiness
+/// check, the reset, INFO).
+const IGNORED: [&str; 3] = ["info", "config|resetstat", "command|docs"];
+
+fn info(c: &mut RedisClient, section: &str) -> String {
+    match c.cmd(&[b"INFO", section.as_bytes()]).expect("INFO") {
+        Resp::Bulk(Some(b)) => String::from_utf8(b).expect("utf-8"),
+        other => panic!("INFO {section}: {other:?}"),
+    }
+}
+
+/// `cmdstat_<name>` → its counts without the times.
+fn command_stats(c: &mut RedisClient) -> BTreeMap<String, String> {
+    info(c, "commandstats")
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(name, _)| !IGNORED.contains(name))
+        .map(|(name, fields)| {
+            let counts: Vec<&str> = fields
+                .split(',')
+                .filter(|f| !f.starts_with("usec"))
+                .collect();
+            (name.to_owned(), counts.join(","))
+        })
+        .collect()
+}
+
+/// `errorstat_<CODE>:count=<n>` lines, sorted.
+fn error_stats(c: &mut RedisClient) -> Vec<String> {
+    let mut lines: Vec<String> = info(c, "errorstats")
+        .lines()
+        .filter(|l| l.starts_with("errorstat_"))
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn total_error_replies(c: &mut RedisClient) -> String {
+    info(c, "stats")
+        .lines()
+        .find_map(|l| l.strip_prefix("total_error_replies:"))
+        .unwrap_or("missing")
+        .to_owned()
+}
+
+#[test]
+fn command_and_error_stats_match_plain_redis() {
+    if !require_tools("command_and_error_stats", &["redis-server"]) {
+        return;
+    }
+    // Transactions run on one shard: their keys share a hash tag.
+    let cluster = RespCluster::start_with_tables(3, "", "[ring]\nhash_tag = \"{}\"\n");
+    let plain = RedisServer::start();
+    let mut m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("m");
+    let mut p = plain.client();
+    assert_eq!(
+        p.cmd(&[b"CONFIG", b"RESETSTAT"]).expect("reset"),
+        Resp::Simple("OK".into())
+    );
+    for cmd in SCRIPT {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+        let (mine, theirs) = (m.cmd(&args), p.cmd(&args));
+        let kind = |r: &std::io::Result<Resp>| match r {
+            Ok(Resp::Error(e)) => e.split(' ').next().unwrap_or("").to_owned(),
+            Ok(_) => "reply".to_owned(),
+            Err(e) => format!("{e}"),
+        };
+        assert_eq!(
+            kind(&mine),
+            kind(&theirs),
+            "{cmd:?}: {mine:?} vs {theirs:?}"
+        );
+    }
+    let (mine, theirs) = (command_stats(&mut m), command_stats(&mut p));
+    assert!(
+        mine.contains_key("exec") && mine.contains_key("client|setname"),
+        "{mine:?}"
+    );
+    assert_eq!(mine, theirs, "INFO commandstats");
+    let errors = error_stats(&mut m);
+    assert!(
+        errors.contains(&"errorstat_EXECABORT:count=1".to_owned()),
+        "{errors:?}"
+    );
+    assert_eq!(errors, error_stats(&mut p), "INFO errorstats");
+    assert_eq!(total_error_replies(&mut m), total_error_replies(&mut p));
+    // The usec fields are there and add up.
+    let text = info(&mut m, "commandstats");
+    let get = text
+        .lines()
+        .find(|l| l.starts_with("cmdstat_get:"))
+        .expect("cmdstat_get");
+    assert!(
+        get.contains(",usec=") && get.contains(",usec_per_call="),
+        "{get}"
+    );
+}
