@@ -4,7 +4,7 @@
 //! subcommand, and error replies by code, through arity errors, unknown
 //! commands and subcommands, wrong types, and transactions that run, fail
 //! inside, abort (`EXECABORT`) and are watched, and the subscribed
-//! context.
+//! context; then what memshift refuses, counted by name as rejected.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -142,6 +142,26 @@ fn command_and_error_stats_match_plain_redis() {
     );
     assert_eq!(errors, error_stats(&mut p), "INFO errorstats");
     assert_eq!(total_error_replies(&mut m), total_error_replies(&mut p));
+    // What memshift refuses (Redis runs them) shows by name, rejected.
+    for cmd in [
+        &["RENAME", "{t}s", "{t}b"][..],
+        &["CONFIG", "SET", "maxmemory", "0"],
+    ] {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+        let reply = m.cmd(&args).expect("reply");
+        assert!(
+            matches!(&reply, Resp::Error(e) if e.contains("not supported")),
+            "{cmd:?}: {reply:?}"
+        );
+    }
+    let refused = command_stats(&mut m);
+    for name in ["rename", "config|set"] {
+        assert_eq!(
+            refused.get(name).map(String::as_str),
+            Some("calls=0,rejected_calls=1,failed_calls=0"),
+            "{name}: {refused:?}"
+        );
+    }
     // The usec fields are there and add up.
     let text = info(&mut m, "commandstats");
     let get = text

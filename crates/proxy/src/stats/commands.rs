@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 use crate::per_thread::{PerThreadCounter, PerThreadCounters};
 
 /// Rows a table may have (commands and subcommands).
-pub const MAX_ROWS: usize = 256;
+pub const MAX_ROWS: usize = 384;
 const FIELDS: usize = 4;
 const CALLS: usize = 0;
 const USEC: usize = 1;

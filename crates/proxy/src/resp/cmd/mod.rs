@@ -97,7 +97,10 @@ impl RespSession {
         };
         let upper = &buf[..self.args[0].len()];
         self.command = command_index(found.1);
-        self.stats_row = found.2.and_then(|c| table::stats_row(c, &self.args));
+        self.stats_row = match found.2 {
+            Some(c) => table::stats_row(c, &self.args),
+            None => table::refused_row(upper),
+        };
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }

@@ -17,28 +17,113 @@ const DUMP: &str = "a dump holds the stored bytes, memshift's item header includ
 const OTHER_TYPE: &str = "streams, HyperLogLog and geo commands are not proxied yet (strings, hashes, lists, sets and sorted sets are)";
 const TRACKING: &str = "client-side caching would need invalidations from every shard on this connection (memshift's near cache does this for it, see docs/near-cache.md)";
 
+/// Every refused command (upper case) and why: its position is its
+/// `INFO commandstats` row after the served ones (`table::stats_row`).
+pub(super) static REFUSED: &[(&str, &str)] = &[
+    ("WAIT", BLOCKING),
+    ("WAITAOF", BLOCKING),
+    ("XREAD", BLOCKING),
+    ("XREADGROUP", BLOCKING),
+    ("MOVE", ONE_DB),
+    ("SWAPDB", ONE_DB),
+    ("READONLY", CLUSTER_CONN),
+    ("READWRITE", CLUSTER_CONN),
+    ("ASKING", CLUSTER_CONN),
+    ("RENAME", CROSS_SHARD),
+    ("RENAMENX", CROSS_SHARD),
+    ("COPY", CROSS_SHARD),
+    ("SMOVE", CROSS_SHARD),
+    ("SINTER", CROSS_SHARD),
+    ("SINTERSTORE", CROSS_SHARD),
+    ("SINTERCARD", CROSS_SHARD),
+    ("SUNION", CROSS_SHARD),
+    ("SUNIONSTORE", CROSS_SHARD),
+    ("SDIFF", CROSS_SHARD),
+    ("SDIFFSTORE", CROSS_SHARD),
+    ("LMOVE", CROSS_SHARD),
+    ("RPOPLPUSH", CROSS_SHARD),
+    ("LMPOP", CROSS_SHARD),
+    ("ZUNION", CROSS_SHARD),
+    ("ZUNIONSTORE", CROSS_SHARD),
+    ("ZINTER", CROSS_SHARD),
+    ("ZINTERSTORE", CROSS_SHARD),
+    ("ZINTERCARD", CROSS_SHARD),
+    ("ZDIFF", CROSS_SHARD),
+    ("ZDIFFSTORE", CROSS_SHARD),
+    ("ZRANGESTORE", CROSS_SHARD),
+    ("ZMPOP", CROSS_SHARD),
+    ("LCS", CROSS_SHARD),
+    ("BITOP", CROSS_SHARD),
+    ("PFMERGE", CROSS_SHARD),
+    ("SORT", CROSS_SHARD),
+    ("SORT_RO", CROSS_SHARD),
+    ("FCALL", CROSS_SHARD),
+    ("FCALL_RO", CROSS_SHARD),
+    ("GETBIT", HEADER),
+    ("SETBIT", HEADER),
+    ("BITCOUNT", HEADER),
+    ("BITPOS", HEADER),
+    ("BITFIELD", HEADER),
+    ("BITFIELD_RO", HEADER),
+    ("DUMP", DUMP),
+    ("RESTORE", DUMP),
+    ("XADD", OTHER_TYPE),
+    ("XRANGE", OTHER_TYPE),
+    ("XREVRANGE", OTHER_TYPE),
+    ("XLEN", OTHER_TYPE),
+    ("XDEL", OTHER_TYPE),
+    ("XTRIM", OTHER_TYPE),
+    ("XGROUP", OTHER_TYPE),
+    ("XACK", OTHER_TYPE),
+    ("XPENDING", OTHER_TYPE),
+    ("XCLAIM", OTHER_TYPE),
+    ("XAUTOCLAIM", OTHER_TYPE),
+    ("XINFO", OTHER_TYPE),
+    ("XSETID", OTHER_TYPE),
+    ("PFADD", OTHER_TYPE),
+    ("PFCOUNT", OTHER_TYPE),
+    ("GEOADD", OTHER_TYPE),
+    ("GEODIST", OTHER_TYPE),
+    ("GEOHASH", OTHER_TYPE),
+    ("GEOPOS", OTHER_TYPE),
+    ("GEORADIUS", OTHER_TYPE),
+    ("GEORADIUSBYMEMBER", OTHER_TYPE),
+    ("GEOSEARCH", OTHER_TYPE),
+    ("GEOSEARCHSTORE", OTHER_TYPE),
+    ("CLUSTER", ADMIN),
+    ("MIGRATE", ADMIN),
+    ("DEBUG", ADMIN),
+    ("SAVE", ADMIN),
+    ("BGSAVE", ADMIN),
+    ("BGREWRITEAOF", ADMIN),
+    ("LASTSAVE", ADMIN),
+    ("SHUTDOWN", ADMIN),
+    ("SLAVEOF", ADMIN),
+    ("REPLICAOF", ADMIN),
+    ("REPLCONF", ADMIN),
+    ("SYNC", ADMIN),
+    ("PSYNC", ADMIN),
+    ("MONITOR", ADMIN),
+    ("SLOWLOG", ADMIN),
+    ("LATENCY", ADMIN),
+    ("MEMORY", ADMIN),
+    ("MODULE", ADMIN),
+    ("ACL", ADMIN),
+    ("FUNCTION", ADMIN),
+    ("FAILOVER", ADMIN),
+    ("LOLWUT", ADMIN),
+    ("ROLE", ADMIN),
+];
+
+/// The position in [`REFUSED`] of `upper` (an upper-case name).
+pub(super) fn position(upper: &[u8]) -> Option<usize> {
+    REFUSED
+        .iter()
+        .position(|(name, _)| name.as_bytes() == upper)
+}
+
 pub(super) fn reason(upper: &[u8]) -> Option<&'static str> {
-    Some(match upper {
-        b"WAIT" | b"WAITAOF" | b"XREAD" | b"XREADGROUP" => BLOCKING,
-        b"MOVE" | b"SWAPDB" => ONE_DB,
-        b"READONLY" | b"READWRITE" | b"ASKING" => CLUSTER_CONN,
-        b"RENAME" | b"RENAMENX" | b"COPY" | b"SMOVE" | b"SINTER" | b"SINTERSTORE"
-        | b"SINTERCARD" | b"SUNION" | b"SUNIONSTORE" | b"SDIFF" | b"SDIFFSTORE" | b"LMOVE"
-        | b"RPOPLPUSH" | b"LMPOP" | b"ZUNION" | b"ZUNIONSTORE" | b"ZINTER" | b"ZINTERSTORE"
-        | b"ZINTERCARD" | b"ZDIFF" | b"ZDIFFSTORE" | b"ZRANGESTORE" | b"ZMPOP" | b"LCS"
-        | b"BITOP" | b"PFMERGE" | b"SORT" | b"SORT_RO" | b"FCALL" | b"FCALL_RO" => CROSS_SHARD,
-        b"GETBIT" | b"SETBIT" | b"BITCOUNT" | b"BITPOS" | b"BITFIELD" | b"BITFIELD_RO" => HEADER,
-        b"DUMP" | b"RESTORE" => DUMP,
-        b"XADD" | b"XRANGE" | b"XREVRANGE" | b"XLEN" | b"XDEL" | b"XTRIM" | b"XGROUP" | b"XACK"
-        | b"XPENDING" | b"XCLAIM" | b"XAUTOCLAIM" | b"XINFO" | b"XSETID" | b"PFADD"
-        | b"PFCOUNT" | b"GEOADD" | b"GEODIST" | b"GEOHASH" | b"GEOPOS" | b"GEORADIUS"
-        | b"GEORADIUSBYMEMBER" | b"GEOSEARCH" | b"GEOSEARCHSTORE" => OTHER_TYPE,
-        b"CLUSTER" | b"MIGRATE" | b"DEBUG" | b"SAVE" | b"BGSAVE" | b"BGREWRITEAOF"
-        | b"LASTSAVE" | b"SHUTDOWN" | b"SLAVEOF" | b"REPLICAOF" | b"REPLCONF" | b"SYNC"
-        | b"PSYNC" | b"MONITOR" | b"SLOWLOG" | b"LATENCY" | b"MEMORY" | b"MODULE" | b"ACL"
-        | b"FUNCTION" | b"FAILOVER" | b"LOLWUT" | b"ROLE" => ADMIN,
-        _ => return None,
-    })
+    REFUSED.get(position(upper)?).map(|(_, why)| *why)
 }
 
 /// CLIENT subcommands other than SETNAME/GETNAME/SETINFO/ID.

@@ -291,17 +291,30 @@ pub(super) fn stats_row(command: &'static Command, args: &[bytes::Bytes]) -> Opt
     u16::try_from(COMMANDS.len() + j).ok()
 }
 
-/// The name `INFO commandstats` shows for `row`.
-pub(super) fn stats_name(row: usize) -> Option<&'static str> {
-    match COMMANDS.get(row) {
-        Some(c) => Some(c.name),
-        None => SUBCOMMANDS.get(row - COMMANDS.len()).copied(),
-    }
+/// The `INFO commandstats` row of a command memshift refuses (`upper`,
+/// upper case): every call is a rejected one, so that what an application
+/// still sends that memshift cannot serve shows there by name.
+pub(super) fn refused_row(upper: &[u8]) -> Option<u16> {
+    let k = super::refused::position(upper)?;
+    u16::try_from(COMMANDS.len() + SUBCOMMANDS.len() + k).ok()
 }
 
-/// Rows in use (commands, then subcommands).
+/// The name `INFO commandstats` shows for `row`.
+pub(super) fn stats_name(row: usize) -> Option<std::borrow::Cow<'static, str>> {
+    if let Some(c) = COMMANDS.get(row) {
+        return Some(c.name.into());
+    }
+    let row = row - COMMANDS.len();
+    if let Some(s) = SUBCOMMANDS.get(row) {
+        return Some((*s).into());
+    }
+    let (name, _) = super::refused::REFUSED.get(row - SUBCOMMANDS.len())?;
+    Some(name.to_ascii_lowercase().into())
+}
+
+/// Rows in use (commands, subcommands, refused commands).
 pub(super) fn stats_rows() -> usize {
-    COMMANDS.len() + SUBCOMMANDS.len()
+    COMMANDS.len() + SUBCOMMANDS.len() + super::refused::REFUSED.len()
 }
 
 fn by_name() -> &'static [&'static Command] {
@@ -347,7 +360,7 @@ mod tests {
         for (i, c) in COMMANDS.iter().enumerate() {
             let row = stats_row(c, &[Bytes::from_static(c.name.as_bytes())]);
             assert_eq!(row, Some(i as u16));
-            assert_eq!(stats_name(i), Some(c.name));
+            assert_eq!(stats_name(i).as_deref(), Some(c.name));
         }
         for (j, s) in SUBCOMMANDS.iter().enumerate() {
             let (name, sub) = s.split_once('|').unwrap();
@@ -358,17 +371,20 @@ mod tests {
             ];
             let row = stats_row(c, &args).unwrap() as usize;
             assert_eq!(row, COMMANDS.len() + j);
-            assert_eq!(stats_name(row), Some(*s));
+            assert_eq!(stats_name(row).as_deref(), Some(*s));
         }
         let client = find(b"CLIENT").unwrap();
         let unknown = [Bytes::from_static(b"client"), Bytes::from_static(b"nosuch")];
         assert_eq!(stats_row(client, &unknown), None);
         let get = find(b"GET").unwrap();
         let args = [Bytes::from_static(b"get"), Bytes::from_static(b"client")];
-        assert_eq!(
-            stats_name(stats_row(get, &args).unwrap() as usize),
-            Some("get")
-        );
+        let row = stats_row(get, &args).unwrap() as usize;
+        assert_eq!(stats_name(row).as_deref(), Some("get"));
+        for (name, _) in super::super::refused::REFUSED {
+            let row = refused_row(name.as_bytes()).unwrap() as usize;
+            assert_eq!(stats_name(row), Some(name.to_ascii_lowercase().into()));
+        }
+        assert_eq!(refused_row(b"GET"), None);
         assert_eq!(stats_name(stats_rows()), None);
     }
 
