@@ -4,7 +4,8 @@
 //! subcommand, and error replies by code, through arity errors, unknown
 //! commands and subcommands, wrong types, and transactions that run, fail
 //! inside, abort (`EXECABORT`) and are watched, and the subscribed
-//! context; then what memshift refuses, counted by name as rejected.
+//! context; then what memshift refuses, counted by name as rejected,
+//! and Stats' subscription counts.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -93,10 +94,11 @@ fn error_stats(c: &mut RedisClient) -> Vec<String> {
     lines
 }
 
-fn total_error_replies(c: &mut RedisClient) -> String {
+/// A Stats field's value.
+fn stat(c: &mut RedisClient, field: &str) -> String {
     info(c, "stats")
         .lines()
-        .find_map(|l| l.strip_prefix("total_error_replies:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .unwrap_or("missing")
         .to_owned()
 }
@@ -141,7 +143,10 @@ fn command_and_error_stats_match_plain_redis() {
         "{errors:?}"
     );
     assert_eq!(errors, error_stats(&mut p), "INFO errorstats");
-    assert_eq!(total_error_replies(&mut m), total_error_replies(&mut p));
+    assert_eq!(
+        stat(&mut m, "total_error_replies"),
+        stat(&mut p, "total_error_replies")
+    );
     // What memshift refuses (Redis runs them) shows by name, rejected.
     for cmd in [
         &["RENAME", "{t}s", "{t}b"][..],
@@ -161,6 +166,23 @@ fn command_and_error_stats_match_plain_redis() {
             Some("calls=0,rejected_calls=1,failed_calls=0"),
             "{name}: {refused:?}"
         );
+    }
+    // Subscriptions (another connection's) show in Stats as on Redis.
+    let mut sub_m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("s");
+    let mut sub_p = plain.client();
+    for sub in [&mut sub_m, &mut sub_p] {
+        for cmd in [
+            &[&b"SUBSCRIBE"[..], b"c1"][..],
+            &[b"SUBSCRIBE", b"c2"],
+            &[b"PSUBSCRIBE", b"p*"],
+        ] {
+            assert!(matches!(sub.cmd(cmd).expect("subscribe"), Resp::Array(_)));
+        }
+    }
+    for field in ["pubsub_channels", "pubsub_patterns"] {
+        let (mine, theirs) = (stat(&mut m, field), stat(&mut p, field));
+        assert_eq!(mine, theirs, "{field}");
+        assert_ne!(mine, "0", "{field}");
     }
     // The usec fields are there and add up.
     let text = info(&mut m, "commandstats");

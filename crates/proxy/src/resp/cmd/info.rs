@@ -140,6 +140,11 @@ const STATS: &[(&str, Fold)] = &[
     ("evicted_keys", Sum),
     ("keyspace_hits", Sum),
     ("keyspace_misses", Sum),
+    // Subscriptions live on one node per channel space (`resp::cmd::pubsub`).
+    ("pubsub_channels", Sum),
+    ("pubsub_patterns", Sum),
+    ("pubsubshard_channels", Sum),
+    ("unexpected_error_replies", Sum),
     ("total_error_replies", Own(|s| s.error_replies)),
 ];
 
