@@ -1,4 +1,4 @@
-//! `INFO commandstats`, `INFO errorstats` and `total_error_replies` through
+//! `INFO commandstats`, `errorstats`, `latencystats` and `total_error_replies` through
 //! memshift's RESP port (3 ring shards) against one plain Redis given the
 //! same commands: calls, rejected and failed calls per command and
 //! subcommand, and error replies by code, through arity errors, unknown
@@ -79,6 +79,27 @@ fn command_stats(c: &mut RedisClient) -> BTreeMap<String, String> {
                 .filter(|f| !f.starts_with("usec"))
                 .collect();
             (name.to_owned(), counts.join(","))
+        })
+        .collect()
+}
+
+/// `latency_percentiles_usec_<name>` → its p50, p99, p99.9.
+fn latency_stats(c: &mut RedisClient) -> BTreeMap<String, Vec<f64>> {
+    info(c, "latencystats")
+        .lines()
+        .filter_map(|l| l.strip_prefix("latency_percentiles_usec_")?.split_once(':'))
+        .filter(|(name, _)| !IGNORED.contains(name))
+        .map(|(name, fields)| {
+            let labels: Vec<&str> = fields
+                .split(',')
+                .filter_map(|f| Some(f.split_once('=')?.0))
+                .collect();
+            assert_eq!(labels, ["p50", "p99", "p99.9"], "{name}: {fields}");
+            let values = fields
+                .split(',')
+                .filter_map(|f| f.split_once('=')?.1.parse().ok())
+                .collect();
+            (name.to_owned(), values)
         })
         .collect()
 }
@@ -183,6 +204,22 @@ fn command_and_error_stats_match_plain_redis() {
         let (mine, theirs) = (stat(&mut m, field), stat(&mut p, field));
         assert_eq!(mine, theirs, "{field}");
         assert_ne!(mine, "0", "{field}");
+    }
+    // Latencystats: the commands that ran, each p50 <= p99 <= p99.9.
+    let (mine, theirs) = (latency_stats(&mut m), latency_stats(&mut p));
+    assert_eq!(
+        mine.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "INFO latencystats"
+    );
+    for (name, values) in &mine {
+        assert!(
+            values.len() == 3
+                && values[0] > 0.0
+                && values[0] <= values[1]
+                && values[1] <= values[2],
+            "{name}: {values:?}"
+        );
     }
     // The usec fields are there and add up.
     let text = info(&mut m, "commandstats");

@@ -235,7 +235,7 @@ impl conn::Protocol for RespSession {
         }
         let tally = Tally {
             stats: &self.proxy.stats.commands,
-            usec: latency.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            nanos: latency.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         };
         p.render_into(&mut self.wbuf, self.version, cmd::is_served, &tally);
     }

@@ -396,7 +396,7 @@ impl Pending {
     /// EXEC's reply: its array's elements each rendered as its queued
     /// command's reply would be.
     /// Redis counts each queued command as it runs inside EXEC (its time
-    /// is EXEC's: 0 µs here).
+    /// is EXEC's: 0 µs here, and no latency sample).
     fn render_exec(
         self,
         buf: &mut BytesMut,
@@ -417,7 +417,7 @@ impl Pending {
                 let started = self.started;
                 let queued = Tally {
                     stats: tally.stats,
-                    usec: 0,
+                    nanos: None,
                 };
                 for ((render, row), item) in renders.into_iter().zip(items) {
                     let mut p = Pending::waiting(render, 1, None, started, started);
@@ -439,8 +439,9 @@ impl Pending {
 /// row) and `errorstats`.
 pub(super) struct Tally<'a> {
     pub stats: &'a CommandStats,
-    /// The request's time, from its dispatch to its reply.
-    pub usec: u64,
+    /// The request's time, from reading it to writing its reply (`None`:
+    /// not timed, as a command queued by MULTI, which runs inside EXEC).
+    pub nanos: Option<u64>,
 }
 
 impl Tally<'_> {
@@ -459,7 +460,9 @@ impl Tally<'_> {
             Some(_) => Outcome::Done,
         };
         if let Some(row) = row {
-            self.stats.record(row.into(), outcome, self.usec);
+            let nanos = self.nanos.unwrap_or(0);
+            self.stats
+                .record(row.into(), outcome, nanos, self.nanos.is_some());
         }
     }
 }

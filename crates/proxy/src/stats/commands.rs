@@ -11,6 +11,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use super::latency::Latencies;
 use crate::per_thread::{PerThreadCounter, PerThreadCounters};
 
 /// Rows a table may have (commands and subcommands).
@@ -47,32 +48,39 @@ pub struct Row {
 #[derive(Debug, Default)]
 pub struct CommandStats {
     rows: PerThreadCounters<{ MAX_ROWS * FIELDS }>,
+    /// `INFO latencystats`.
+    latencies: Latencies,
     error_replies: PerThreadCounter,
     /// (code, count) in first-seen order.
     errors: Mutex<Vec<(Box<[u8]>, u64)>>,
 }
 
 impl CommandStats {
-    /// Row `row` ended as `outcome` after `usec` µs (a row past
-    /// [`MAX_ROWS`] is ignored).
+    /// Row `row` ended as `outcome` after `nanos` (a row past
+    /// [`MAX_ROWS`] is ignored). `timed`: `nanos` is the call's own time
+    /// (a command queued by MULTI has none: Redis times it inside EXEC).
     #[inline]
-    pub fn record(&self, row: usize, outcome: Outcome, usec: u64) {
+    pub fn record(&self, row: usize, outcome: Outcome, nanos: u64, timed: bool) {
         if row >= MAX_ROWS {
             return;
         }
         let at = row * FIELDS;
-        match outcome {
-            Outcome::Done => {
-                self.rows.add_at(at + CALLS, 1);
-                self.rows.add_at(at + USEC, usec);
-            }
-            Outcome::Failed => {
-                self.rows.add_at(at + CALLS, 1);
-                self.rows.add_at(at + USEC, usec);
-                self.rows.add_at(at + FAILED, 1);
-            }
-            Outcome::Rejected => self.rows.add_at(at + REJECTED, 1),
+        if outcome == Outcome::Rejected {
+            return self.rows.add_at(at + REJECTED, 1);
         }
+        self.rows.add_at(at + CALLS, 1);
+        self.rows.add_at(at + USEC, nanos / 1000);
+        if outcome == Outcome::Failed {
+            self.rows.add_at(at + FAILED, 1);
+        }
+        if timed {
+            self.latencies.record(row, nanos);
+        }
+    }
+
+    /// `row`'s p50, p99 and p99.9 in µs (`None`: no call timed).
+    pub fn percentiles(&self, row: usize) -> Option<[f64; 3]> {
+        self.latencies.percentiles(row)
     }
 
     pub fn row(&self, row: usize) -> Row {
@@ -123,10 +131,10 @@ mod tests {
     #[test]
     fn outcomes_count_as_redis_counts_them() {
         let s = CommandStats::default();
-        s.record(3, Outcome::Done, 5);
-        s.record(3, Outcome::Failed, 2);
-        s.record(3, Outcome::Rejected, 9);
-        s.record(MAX_ROWS, Outcome::Done, 1);
+        s.record(3, Outcome::Done, 5_000, true);
+        s.record(3, Outcome::Failed, 2_999, false);
+        s.record(3, Outcome::Rejected, 9_000, true);
+        s.record(MAX_ROWS, Outcome::Done, 1_000, true);
         let row = s.row(3);
         assert_eq!(
             row,
@@ -138,6 +146,10 @@ mod tests {
             }
         );
         assert_eq!(s.row(4), Row::default());
+        // Only the timed call: 5 µs.
+        let [p50, _, p999] = s.percentiles(3).unwrap();
+        assert!((5.0..5.4).contains(&p50) && p50 == p999, "{p50} {p999}");
+        assert_eq!(s.percentiles(4), None);
     }
 
     #[test]

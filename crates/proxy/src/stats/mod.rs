@@ -3,6 +3,7 @@
 //! `stats sizes_enable`, `lru_crawler enable|disable`).
 
 mod commands;
+mod latency;
 mod prefix;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,6 +15,7 @@ use memshift_protocol::memcache::reply;
 pub use commands::{
     error_code, CommandStats, Outcome, Row as CommandRow, MAX_ROWS as COMMAND_ROWS,
 };
+pub use latency::PERCENTILES;
 pub use prefix::{PrefixStats, MAX_PREFIXES};
 
 use crate::per_thread::PerThreadCounter;

@@ -25,7 +25,7 @@ use memshift_protocol::resp::{CommandWriter, Frame};
 use super::super::pending::{Gather, Part, Render};
 use super::super::RespSession;
 use super::connection::REDIS_VERSION;
-use crate::stats::CommandStats;
+use crate::stats::{CommandStats, PERCENTILES};
 
 /// INFO's sections in Redis 7.0's order: the name INFO takes, the title,
 /// whether `INFO` alone includes it, whether the shards' INFO feeds it.
@@ -67,6 +67,23 @@ fn command_stats(stats: &CommandStats, text: &mut String) {
             "cmdstat_{name}:calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}\r\n",
             r.calls, r.usec, r.rejected, r.failed
         );
+    }
+}
+
+/// `latency_percentiles_usec_<name>:p50=..,p99=..,p99.9=..` for every
+/// command (and subcommand) timed so far.
+fn latency_stats(stats: &CommandStats, text: &mut String) {
+    for row in 0..super::table::stats_rows() {
+        let (Some(values), Some(name)) = (stats.percentiles(row), super::table::stats_name(row))
+        else {
+            continue;
+        };
+        let _ = write!(text, "latency_percentiles_usec_{name}:");
+        for (i, ((label, _), value)) in PERCENTILES.iter().zip(values).enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(text, "{sep}{label}={value:.3}");
+        }
+        text.push_str("\r\n");
     }
 }
 
@@ -227,8 +244,11 @@ impl RespSession {
                     error_stats(&stats.commands, &mut text);
                     Ok(())
                 }
-                // Modules, latencystats: none kept (request durations are
-                // in memshift's metrics).
+                "latencystats" => {
+                    latency_stats(&stats.commands, &mut text);
+                    Ok(())
+                }
+                // Modules: none.
                 _ => Ok(()),
             };
             sections.push((i, text));
