@@ -134,10 +134,13 @@ fn command_and_error_stats_match_plain_redis() {
     let plain = RedisServer::start();
     let mut m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("m");
     let mut p = plain.client();
-    assert_eq!(
-        p.cmd(&[b"CONFIG", b"RESETSTAT"]).expect("reset"),
-        Resp::Simple("OK".into())
-    );
+    for c in [&mut m, &mut p] {
+        // Both start from zero (the plain Redis answered the harness).
+        assert_eq!(
+            c.cmd(&[b"CONFIG", b"RESETSTAT"]).expect("reset"),
+            Resp::Simple("OK".into())
+        );
+    }
     for cmd in SCRIPT {
         let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
         let (mine, theirs) = (m.cmd(&args), p.cmd(&args));
@@ -231,4 +234,22 @@ fn command_and_error_stats_match_plain_redis() {
         get.contains(",usec=") && get.contains(",usec_per_call="),
         "{get}"
     );
+
+    // CONFIG RESETSTAT: everything back to zero, on both.
+    for c in [&mut m, &mut p] {
+        assert_eq!(
+            c.cmd(&[b"CONFIG", b"RESETSTAT"]).expect("reset"),
+            Resp::Simple("OK".into())
+        );
+    }
+    let after = command_stats(&mut m);
+    assert!(after.is_empty(), "{after:?}");
+    assert_eq!(after, command_stats(&mut p));
+    assert_eq!(error_stats(&mut m), Vec::<String>::new());
+    assert_eq!(error_stats(&mut p), Vec::<String>::new());
+    assert!(latency_stats(&mut m).is_empty());
+    for field in ["total_error_replies", "keyspace_hits"] {
+        assert_eq!(stat(&mut m, field), "0", "{field}");
+        assert_eq!(stat(&mut m, field), stat(&mut p, field), "{field}");
+    }
 }

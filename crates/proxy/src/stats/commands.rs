@@ -104,6 +104,17 @@ impl CommandStats {
         }
     }
 
+    /// Every count back to 0 (`stats reset`, `CONFIG RESETSTAT`).
+    pub fn reset(&self) {
+        self.rows.reset();
+        self.latencies.reset();
+        self.error_replies.reset();
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// Error replies sent (`total_error_replies`).
     pub fn error_replies(&self) -> u64 {
         self.error_replies.get()
@@ -150,6 +161,11 @@ mod tests {
         let [p50, _, p999] = s.percentiles(3).unwrap();
         assert!((5.0..5.4).contains(&p50) && p50 == p999, "{p50} {p999}");
         assert_eq!(s.percentiles(4), None);
+        s.error(b"ERR");
+        s.reset();
+        assert_eq!(s.row(3), Row::default());
+        assert_eq!(s.percentiles(3), None);
+        assert_eq!((s.error_replies(), s.errors().len()), (0, 0));
     }
 
     #[test]

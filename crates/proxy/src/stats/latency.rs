@@ -63,6 +63,14 @@ impl Latencies {
         }
     }
 
+    /// Every histogram back to empty (their memory stays).
+    pub fn reset(&self) {
+        let cells = self.slots.iter().flat_map(|rows| rows.iter());
+        for b in cells.filter_map(OnceLock::get).flat_map(|h| h.iter()) {
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// `row`'s percentiles in µs (each a bucket's top), `None` when it was
     /// never timed.
     pub fn percentiles(&self, row: usize) -> Option<[f64; 3]> {
@@ -167,5 +175,7 @@ mod tests {
         assert!((1.0..1.07).contains(&p99), "{p99}");
         assert!((100.0..106.3).contains(&p999), "{p999}");
         assert_eq!(l.percentiles(3), None);
+        l.reset();
+        assert_eq!(l.percentiles(2), None);
     }
 }

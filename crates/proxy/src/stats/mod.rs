@@ -128,6 +128,7 @@ impl Stats {
             counter.reset();
         }
         self.prefixes.clear();
+        self.commands.reset();
     }
 
     /// Encode the `stats` reply (STAT lines and END); `extra` appends

@@ -3,7 +3,10 @@
 //! their answer. The patterns go to every shard (every master of a
 //! cluster) as sent, so glob matching, case and order are Redis' own;
 //! the reply keeps the settings in [`READABLE`], `maxmemory` summed over
-//! the shards and `databases` memshift's one. CONFIG SET and the other
+//! the shards and `databases` memshift's one. CONFIG RESETSTAT runs on
+//! every shard and, when every one answered OK, resets memshift's own
+//! counters (those `stats reset` resets, which both protocols show, and
+//! the RESP command, error and latency stats). CONFIG SET and the other
 //! subcommands are refused: one client would reconfigure every shard.
 
 use bytes::BytesMut;
@@ -29,9 +32,12 @@ impl RespSession {
         let Some(sub) = self.args.get(1) else {
             return self.arity_error();
         };
+        if sub.eq_ignore_ascii_case(b"RESETSTAT") {
+            return self.reset_stats();
+        }
         if !sub.eq_ignore_ascii_case(b"GET") {
             return self.refuse_subcommand(
-                "only CONFIG GET is answered: memshift fronts several Redis servers and does not change their settings (run it on each Redis server)",
+                "only CONFIG GET and RESETSTAT are answered: memshift fronts several Redis servers and does not change their settings (run it on each Redis server)",
             );
         }
         if self.args.len() < 3 {
@@ -39,6 +45,43 @@ impl RespSession {
         }
         let cmd = self.encode_args();
         self.broadcast_cmd(cmd, |_| Render::Gather(Box::new(ConfigGet)));
+    }
+}
+
+impl RespSession {
+    fn reset_stats(&mut self) {
+        if self.args.len() != 2 {
+            return self.subcommand_arity_error();
+        }
+        let cmd = self.encode_args();
+        let proxy = self.proxy.clone();
+        self.broadcast_cmd(cmd, |_| Render::Gather(Box::new(ResetStat(proxy))));
+    }
+}
+
+/// `CONFIG RESETSTAT` on every shard: OK when each answered OK, and only
+/// then are memshift's own counters reset (just before the reply, which
+/// then counts in the new `cmdstat_config|resetstat`, as on Redis).
+struct ResetStat(std::sync::Arc<crate::proxy::Proxy>);
+
+impl std::fmt::Debug for ResetStat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResetStat")
+    }
+}
+
+impl Gather for ResetStat {
+    fn render(&self, parts: &[Part], buf: &mut BytesMut, v: RespVersion) {
+        for p in parts {
+            match p {
+                Some(Ok(Frame::Simple(_))) => {}
+                Some(Ok(other)) => return out::frame(buf, other, v, Default::default()),
+                Some(Err(e)) => return backend_error(buf, *e),
+                None => return backend_error(buf, BackendError::Timeout),
+            }
+        }
+        self.0.stats.reset();
+        out::simple(buf, b"OK");
     }
 }
 
