@@ -253,3 +253,43 @@ fn command_and_error_stats_match_plain_redis() {
         assert_eq!(stat(&mut m, field), stat(&mut p, field), "{field}");
     }
 }
+
+/// A shard that cannot reset its stats makes `CONFIG RESETSTAT` an error,
+/// and memshift's own counters stay as they were.
+#[test]
+fn resetstat_with_a_shard_down_is_an_error_and_keeps_the_counts() {
+    if !require_tools("resetstat_with_a_shard_down", &["redis-server"]) {
+        return;
+    }
+    let mut cluster = RespCluster::start_with(3, "");
+    let mut m = RedisClient::connect(&cluster.resp_addr(), Duration::from_secs(30)).expect("m");
+    assert!(matches!(m.cmd(&[b"GET"]).expect("GET"), Resp::Error(_)));
+    assert_eq!(
+        m.cmd(&[b"PING"]).expect("PING"),
+        Resp::Simple("PONG".into())
+    );
+    let before = command_stats(&mut m);
+    assert_eq!(
+        before.get("get").map(String::as_str),
+        Some("calls=0,rejected_calls=1,failed_calls=0")
+    );
+    cluster.shards[1].stop();
+    match m.cmd(&[b"CONFIG", b"RESETSTAT"]).expect("reset") {
+        Resp::Error(e) => assert!(e.starts_with("ERR memshift: backend"), "{e}"),
+        other => panic!("RESETSTAT with a shard down: {other:?}"),
+    }
+    let after = command_stats(&mut m);
+    for name in ["get", "ping"] {
+        assert_eq!(after.get(name), before.get(name), "{name}: {after:?}");
+    }
+    let text = info(&mut m, "commandstats");
+    let reset = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_config|resetstat:"))
+        .expect("cmdstat_config|resetstat");
+    assert!(
+        reset.starts_with("calls=1,") && reset.ends_with(",rejected_calls=0,failed_calls=1"),
+        "{reset}"
+    );
+    assert_eq!(stat(&mut m, "total_error_replies"), "2");
+}
