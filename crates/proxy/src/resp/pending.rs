@@ -250,9 +250,8 @@ impl Pending {
         }
     }
 
-    /// Write the reply; `served` says which commands memshift serves (for
-    /// COMMAND's table).
-    /// Render the reply into `buf` and count it (`tally`).
+    /// Write the reply and count it (`tally`); `served` says which
+    /// commands memshift serves (for COMMAND's table).
     pub(super) fn render_into(
         self,
         buf: &mut BytesMut,
