@@ -67,28 +67,45 @@ fn info(c: &mut RedisClient, section: &str) -> String {
     }
 }
 
+/// `(name, fields)` of a section's `<prefix><name>:<fields>` lines, the
+/// [`IGNORED`] commands left out.
+fn named_lines(c: &mut RedisClient, section: &str, prefix: &str) -> Vec<(String, String)> {
+    info(c, section)
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix)?.split_once(':'))
+        .filter(|(name, _)| !IGNORED.contains(name))
+        .map(|(name, fields)| (name.to_owned(), fields.to_owned()))
+        .collect()
+}
+
 /// `cmdstat_<name>` → its counts without the times.
 fn command_stats(c: &mut RedisClient) -> BTreeMap<String, String> {
-    info(c, "commandstats")
-        .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
-        .filter(|(name, _)| !IGNORED.contains(name))
+    named_lines(c, "commandstats", "cmdstat_")
+        .into_iter()
         .map(|(name, fields)| {
             let counts: Vec<&str> = fields
                 .split(',')
                 .filter(|f| !f.starts_with("usec"))
                 .collect();
-            (name.to_owned(), counts.join(","))
+            (name, counts.join(","))
         })
         .collect()
 }
 
+/// The fields of `cmdstat_<name>`, times included.
+fn command_line(c: &mut RedisClient, name: &str) -> String {
+    let prefix = format!("cmdstat_{name}:");
+    info(c, "commandstats")
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {prefix}"))
+        .to_owned()
+}
+
 /// `latency_percentiles_usec_<name>` → its p50, p99, p99.9.
 fn latency_stats(c: &mut RedisClient) -> BTreeMap<String, Vec<f64>> {
-    info(c, "latencystats")
-        .lines()
-        .filter_map(|l| l.strip_prefix("latency_percentiles_usec_")?.split_once(':'))
-        .filter(|(name, _)| !IGNORED.contains(name))
+    named_lines(c, "latencystats", "latency_percentiles_usec_")
+        .into_iter()
         .map(|(name, fields)| {
             let labels: Vec<&str> = fields
                 .split(',')
@@ -99,7 +116,7 @@ fn latency_stats(c: &mut RedisClient) -> BTreeMap<String, Vec<f64>> {
                 .split(',')
                 .filter_map(|f| f.split_once('=')?.1.parse().ok())
                 .collect();
-            (name.to_owned(), values)
+            (name, values)
         })
         .collect()
 }
@@ -225,11 +242,7 @@ fn command_and_error_stats_match_plain_redis() {
         );
     }
     // The usec fields are there and add up.
-    let text = info(&mut m, "commandstats");
-    let get = text
-        .lines()
-        .find(|l| l.starts_with("cmdstat_get:"))
-        .expect("cmdstat_get");
+    let get = command_line(&mut m, "get");
     assert!(
         get.contains(",usec=") && get.contains(",usec_per_call="),
         "{get}"
@@ -282,11 +295,7 @@ fn resetstat_with_a_shard_down_is_an_error_and_keeps_the_counts() {
     for name in ["get", "ping"] {
         assert_eq!(after.get(name), before.get(name), "{name}: {after:?}");
     }
-    let text = info(&mut m, "commandstats");
-    let reset = text
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_config|resetstat:"))
-        .expect("cmdstat_config|resetstat");
+    let reset = command_line(&mut m, "config|resetstat");
     assert!(
         reset.starts_with("calls=1,") && reset.ends_with(",rejected_calls=0,failed_calls=1"),
         "{reset}"
