@@ -311,8 +311,10 @@ impl RedisServer {
         }
     }
 
+    /// A client of this server. Its read timeout is long: under a busy box
+    /// (two suites on two cores) a replica's INFO once took over 5 s.
     pub fn client(&self) -> RedisClient {
-        RedisClient::connect(&self.addr(), Duration::from_secs(5))
+        RedisClient::connect(&self.addr(), Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("connect to redis {}: {e}", self.addr()))
     }
 
