@@ -67,7 +67,6 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Whether a Redis server (or sentinel) at `addr` answers `PING`.
 /// The Redis server (or Sentinel) answering on `addr` is process `pid`:
 /// ours, not another test run's that took the port first (ours then fails
 /// to bind, but may not have exited yet).

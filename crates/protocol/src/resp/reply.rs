@@ -78,6 +78,16 @@ pub fn bulk(buf: &mut BytesMut, data: &[u8]) {
     buf.extend_from_slice(b"\r\n");
 }
 
+/// The type byte of a push in `v`: RESP2 has no push type, and Redis
+/// gives a RESP2 client the same frame as an array (a pub/sub message, a
+/// subscription count).
+pub fn push_type(v: RespVersion) -> u8 {
+    match v {
+        RespVersion::Resp2 => b'*',
+        RespVersion::Resp3 => b'>',
+    }
+}
+
 /// A missing value: `$-1` (RESP2) or `_` (RESP3).
 pub fn null(buf: &mut BytesMut, v: RespVersion) {
     buf.extend_from_slice(match v {
@@ -129,14 +139,8 @@ pub fn frame(buf: &mut BytesMut, f: &Frame, v: RespVersion, shape: Shape) {
                 frame(buf, i, v, Shape::Plain);
             }
         }
-        // RESP2 has no push type: Redis gives a RESP2 client the same
-        // frame as an array (a pub/sub message, a subscription count).
         Frame::Push(items) => {
-            let kind = match v {
-                RespVersion::Resp2 => b"*",
-                RespVersion::Resp3 => b">",
-            };
-            header(buf, kind, items.len());
+            header(buf, &[push_type(v)], items.len());
             for i in items {
                 frame(buf, i, v, Shape::Plain);
             }

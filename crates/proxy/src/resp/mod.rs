@@ -267,9 +267,6 @@ impl conn::Protocol for RespSession {
     }
 
     fn push_type(&self) -> Option<u8> {
-        Some(match self.version {
-            memshift_protocol::resp::reply::RespVersion::Resp2 => b'*',
-            memshift_protocol::resp::reply::RespVersion::Resp3 => b'>',
-        })
+        Some(out::push_type(self.version))
     }
 }

@@ -459,9 +459,7 @@ impl Tally<'_> {
             Some(_) => Outcome::Done,
         };
         if let Some(row) = row {
-            let nanos = self.nanos.unwrap_or(0);
-            self.stats
-                .record(row.into(), outcome, nanos, self.nanos.is_some());
+            self.stats.record(row.into(), outcome, self.nanos);
         }
     }
 }

@@ -12,9 +12,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use memshift_protocol::memcache::reply;
 
-pub use commands::{
-    error_code, CommandStats, Outcome, Row as CommandRow, MAX_ROWS as COMMAND_ROWS,
-};
+pub use commands::{error_code, CommandStats, Outcome, MAX_ROWS as COMMAND_ROWS};
 pub use latency::PERCENTILES;
 pub use prefix::{PrefixStats, MAX_PREFIXES};
 

@@ -51,10 +51,11 @@ use table::Family;
 const MAX_NAME: usize = 24;
 
 /// The family of `upper` (an upper-case command name), its metrics group
-/// and, for a served command, its table row.
-fn lookup(upper: &[u8]) -> Option<(Family, &'static str, Option<&'static table::Command>)> {
-    if let Some(c) = table::find(upper) {
-        return Some((c.family, c.group, Some(c)));
+/// and, for a served command, its index in the table.
+fn lookup(upper: &[u8]) -> Option<(Family, &'static str, Option<usize>)> {
+    if let Some(i) = table::position(upper) {
+        let c = &table::COMMANDS[i];
+        return Some((c.family, c.group, Some(i)));
     }
     Some((Family::Refused(refused::reason(upper)?), "refused", None))
 }
@@ -97,10 +98,7 @@ impl RespSession {
         };
         let upper = &buf[..self.args[0].len()];
         self.command = command_index(found.1);
-        self.stats_row = match found.2 {
-            Some(c) => table::stats_row(c, &self.args),
-            None => table::refused_row(upper),
-        };
+        self.stats_row = table::stats_row(found.2, upper, &self.args);
         if !self.authenticated && !matches!(upper, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") {
             return self.push_error(b"NOAUTH Authentication required.");
         }

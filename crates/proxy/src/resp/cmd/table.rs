@@ -207,14 +207,18 @@ pub(super) static COMMANDS: &[Command] = &[
 
 /// The served command named `upper` (upper case).
 pub(super) fn find(upper: &[u8]) -> Option<&'static Command> {
-    let index = by_name();
-    let at = index
-        .binary_search_by(|c| upper_name(c).cmp(upper.iter().copied()))
-        .ok()?;
-    Some(index[at])
+    COMMANDS.get(position(upper)?)
 }
 
-/// `COMMANDS` sorted by name, built once.
+/// The index in [`COMMANDS`] of the served command named `upper`.
+pub(super) fn position(upper: &[u8]) -> Option<usize> {
+    let index = by_name();
+    let at = index
+        .binary_search_by(|&i| upper_name(&COMMANDS[i]).cmp(upper.iter().copied()))
+        .ok()?;
+    index.get(at).copied()
+}
+
 /// Subcommands counted apart in `INFO commandstats`, as Redis 7.0 names
 /// its container commands' subcommands (`cmdstat_config|get`): their rows
 /// follow [`COMMANDS`]'.
@@ -266,13 +270,21 @@ static SUBCOMMANDS: &[&str] = &[
     "pubsub|help",
 ];
 
-/// The `INFO commandstats` row of `command` called with `args` (`args[0]`
-/// its name): the command's own, or its subcommand's for a container
-/// command (none for a subcommand Redis does not know: it counts no call,
-/// only the error).
-pub(super) fn stats_row(command: &'static Command, args: &[bytes::Bytes]) -> Option<u16> {
-    let own = (command as *const Command as usize - COMMANDS.as_ptr() as usize)
-        / std::mem::size_of::<Command>();
+/// The `INFO commandstats` row of a request (`args`, `args[0]` its name,
+/// `upper` that name in upper case) for a command memshift serves (its
+/// index in [`COMMANDS`], `served`) or refuses.
+pub(super) fn stats_row(served: Option<usize>, upper: &[u8], args: &[bytes::Bytes]) -> Option<u16> {
+    match served {
+        Some(own) => served_row(own, args),
+        None => refused_row(upper),
+    }
+}
+
+/// The row of served command `own`: its own, or its subcommand's for a
+/// container command (none for a subcommand Redis does not know: it
+/// counts no call, only the error).
+fn served_row(own: usize, args: &[bytes::Bytes]) -> Option<u16> {
+    let command = COMMANDS.get(own)?;
     let container = matches!(
         command.name,
         "client" | "command" | "config" | "script" | "object" | "pubsub"
@@ -291,10 +303,10 @@ pub(super) fn stats_row(command: &'static Command, args: &[bytes::Bytes]) -> Opt
     u16::try_from(COMMANDS.len() + j).ok()
 }
 
-/// The `INFO commandstats` row of a command memshift refuses (`upper`,
-/// upper case): every call is a rejected one, so that what an application
-/// still sends that memshift cannot serve shows there by name.
-pub(super) fn refused_row(upper: &[u8]) -> Option<u16> {
+/// The row of a command memshift refuses (`upper`, upper case): every
+/// call is a rejected one, so that what an application still sends that
+/// memshift cannot serve shows there by name.
+fn refused_row(upper: &[u8]) -> Option<u16> {
     let k = super::refused::position(upper)?;
     u16::try_from(COMMANDS.len() + SUBCOMMANDS.len() + k).ok()
 }
@@ -317,12 +329,13 @@ pub(super) fn stats_rows() -> usize {
     COMMANDS.len() + SUBCOMMANDS.len() + super::refused::REFUSED.len()
 }
 
-fn by_name() -> &'static [&'static Command] {
-    static INDEX: OnceLock<Vec<&'static Command>> = OnceLock::new();
+/// Indices into `COMMANDS`, sorted by name, built once.
+fn by_name() -> &'static [usize] {
+    static INDEX: OnceLock<Vec<usize>> = OnceLock::new();
     INDEX.get_or_init(|| {
-        let mut index: Vec<&'static Command> = COMMANDS.iter().collect();
+        let mut index: Vec<usize> = (0..COMMANDS.len()).collect();
         // Upper-case order: `_` sorts between upper and lower case letters.
-        index.sort_by(|a, b| upper_name(a).cmp(upper_name(b)));
+        index.sort_by(|&a, &b| upper_name(&COMMANDS[a]).cmp(upper_name(&COMMANDS[b])));
         index
     })
 }
@@ -356,35 +369,38 @@ mod tests {
     #[test]
     fn every_command_and_subcommand_has_a_stats_row() {
         use bytes::Bytes;
+        // The row of a request: its name upper-cased, then looked up.
+        let row_of = |args: &[Bytes]| {
+            let upper = args[0].to_ascii_uppercase();
+            stats_row(position(&upper), &upper, args)
+        };
         assert!(stats_rows() <= crate::stats::COMMAND_ROWS);
         for (i, c) in COMMANDS.iter().enumerate() {
-            let row = stats_row(c, &[Bytes::from_static(c.name.as_bytes())]);
+            let row = row_of(&[Bytes::from_static(c.name.as_bytes())]);
             assert_eq!(row, Some(i as u16));
             assert_eq!(stats_name(i).as_deref(), Some(c.name));
         }
         for (j, s) in SUBCOMMANDS.iter().enumerate() {
             let (name, sub) = s.split_once('|').unwrap();
-            let c = find(name.to_ascii_uppercase().as_bytes()).unwrap();
             let args = [
                 Bytes::from_static(name.as_bytes()),
                 Bytes::from(sub.to_ascii_uppercase()),
             ];
-            let row = stats_row(c, &args).unwrap() as usize;
+            let row = row_of(&args).unwrap() as usize;
             assert_eq!(row, COMMANDS.len() + j);
             assert_eq!(stats_name(row).as_deref(), Some(*s));
         }
-        let client = find(b"CLIENT").unwrap();
         let unknown = [Bytes::from_static(b"client"), Bytes::from_static(b"nosuch")];
-        assert_eq!(stats_row(client, &unknown), None);
-        let get = find(b"GET").unwrap();
+        assert_eq!(row_of(&unknown), None);
         let args = [Bytes::from_static(b"get"), Bytes::from_static(b"client")];
-        let row = stats_row(get, &args).unwrap() as usize;
+        let row = row_of(&args).unwrap() as usize;
         assert_eq!(stats_name(row).as_deref(), Some("get"));
         for (name, _) in super::super::refused::REFUSED {
-            let row = refused_row(name.as_bytes()).unwrap() as usize;
+            let row = row_of(&[Bytes::from_static(name.as_bytes())]).unwrap() as usize;
             assert_eq!(stats_name(row), Some(name.to_ascii_lowercase().into()));
         }
         assert_eq!(refused_row(b"GET"), None);
+        assert_eq!(row_of(&[Bytes::from_static(b"nosuch")]), None);
         assert_eq!(stats_name(stats_rows()), None);
     }
 

@@ -163,11 +163,7 @@ impl RespSession {
         let found = upper(&self.args[0], &mut buf).and_then(lookup);
         let name = &buf[..self.args[0].len().min(MAX_NAME)];
         self.command = found.and_then(|f| crate::metrics::command_index(f.1));
-        self.stats_row = match found.map(|f| f.2) {
-            Some(Some(c)) => super::table::stats_row(c, &self.args),
-            Some(None) => super::table::refused_row(name),
-            None => None,
-        };
+        self.stats_row = found.and_then(|f| super::table::stats_row(f.2, name, &self.args));
         match found.map(|f| f.0) {
             Some(Family::Transaction) if name != b"UNWATCH" => return self.transaction(name),
             Some(Family::Transaction) => return self.queue_keyless(1..=1),
