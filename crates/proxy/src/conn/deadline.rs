@@ -1,18 +1,18 @@
-//! The timer for a connection's front request deadline, kept across the
-//! request loop's waits while the session is busy instead of a new `Sleep`
-//! per wait: each new one is inserted into (and on drop removed from) the
-//! runtime's timer wheel under a lock every connection shares. (It lives in
-//! the busy loop, not for the session's life: a persistent one added
-//! ~0.1 KiB to every idle connection.)
+//! A connection's one timer (`serve`: its front request's deadline, the
+//! idle timeout, drain's quiet spell and deadline), kept for the
+//! connection's life instead of a new `Sleep` per wait: each new one is
+//! inserted into (and on drop removed from) the runtime's timer wheel.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
 /// Deadlines move later as the queue advances, so the timer stays armed at
-/// the earliest one it was given and is re-armed (to the new front) only
+/// the earliest one it was given and is re-armed (to the new earliest) only
 /// after it fires: at worst one early wake-up per timeout period, instead
-/// of a timer registration per wait.
+/// of a timer registration per request.
 pub struct Deadline<'a> {
     sleep: Pin<&'a mut Sleep>,
     armed: Option<Instant>,
@@ -39,10 +39,20 @@ impl<'a> Deadline<'a> {
         self.armed.is_some()
     }
 
-    /// The armed time passed (poll only while armed).
-    pub async fn fired(&mut self) {
-        self.sleep.as_mut().await;
+    /// `Ready(now)` once the instant it was armed at has passed (it is
+    /// then disarmed); pending while not armed.
+    pub fn poll_fired(&mut self, cx: &mut Context<'_>) -> Poll<Instant> {
+        if self.armed.is_none() {
+            return Poll::Pending;
+        }
+        ready!(self.sleep.as_mut().poll(cx));
         self.armed = None;
+        Poll::Ready(Instant::now())
+    }
+
+    #[cfg(test)]
+    async fn fired(&mut self) -> Instant {
+        std::future::poll_fn(|cx| self.poll_fired(cx)).await
     }
 }
 

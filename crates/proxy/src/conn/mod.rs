@@ -23,7 +23,7 @@ pub mod queue;
 mod serve;
 mod shutdown;
 
-use std::future::Future;
+use std::task::Context;
 
 use bytes::BytesMut;
 use tokio::io::AsyncRead;
@@ -258,9 +258,7 @@ pub trait Protocol {
 
     /// Before each turn of the busy loop: input the protocol held back
     /// (and may want to read more of, without waiting).
-    fn settle_input<R: AsyncRead + Unpin>(&mut self, _rd: &mut R) -> impl Future<Output = ()> {
-        std::future::ready(())
-    }
+    fn settle_input<R: AsyncRead + Unpin>(&mut self, _rd: &mut R, _cx: &mut Context<'_>) {}
 
     /// Quiet: hand protocol-owned buffers back to the thread's pool.
     fn give_back(&mut self) {}

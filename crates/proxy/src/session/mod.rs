@@ -23,6 +23,7 @@ mod pending;
 mod replies;
 
 use std::sync::Arc;
+use std::task::Context;
 
 use bytes::{Buf, BytesMut};
 use memshift_protocol::memcache::{
@@ -298,9 +299,9 @@ impl conn::Protocol for Session {
         self.wire == Wire::Binary && self.skip > 0
     }
 
-    async fn settle_input<R: AsyncRead + Unpin>(&mut self, rd: &mut R) {
+    fn settle_input<R: AsyncRead + Unpin>(&mut self, rd: &mut R, cx: &mut Context<'_>) {
         if self.line_stalled {
-            self.settle_stalled_line(rd).await;
+            self.settle_stalled_line(rd, cx);
         }
         if self.near_resume {
             // A write-through set was answered: the input held back
