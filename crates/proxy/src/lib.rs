@@ -11,6 +11,7 @@ pub mod compare;
 pub mod config;
 pub mod conn;
 pub mod copy;
+mod driver;
 pub mod error;
 pub mod fd_limit;
 pub mod flush;

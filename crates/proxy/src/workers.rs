@@ -183,6 +183,32 @@ pub fn next() -> Option<&'static Handle> {
     published().map(Workers::next_client)
 }
 
+/// Run `work` on every worker thread (on this one, with one worker) and
+/// wait until each has.
+pub async fn on_each<F>(work: F)
+where
+    F: Fn() + Clone + Send + 'static,
+{
+    let Some(workers) = published() else {
+        work();
+        return;
+    };
+    let done: Vec<_> = workers
+        .handles
+        .iter()
+        .map(|h| {
+            h.spawn({
+                let work = work.clone();
+                async move { work() }
+            })
+        })
+        .collect();
+    for handle in done {
+        // A worker that stopped has no sessions left to act on.
+        let _ = handle.await;
+    }
+}
+
 /// Enter the runtime of the worker that connection `index` of a backend
 /// runs on, so that what is spawned until the guard drops runs there;
 /// `None` (spawn on the current runtime) with one worker.
