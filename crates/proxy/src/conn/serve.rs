@@ -15,12 +15,13 @@
 //! # Why a hand-written poll
 //!
 //! The loop is one `poll` over the connection's sources (reply mailbox,
-//! pushes, socket, one timer, the stop signal), called from the
-//! connection's task through `poll_fn`: no `select!`, no future built per
-//! source and turn, no `async fn` state machine between idle and busy.
-//! Against the `select!` loop it replaced it saves ≈ 0.5 µs of the proxy's
-//! CPU per unpipelined request, ≈ 6 % (BENCHMARKS.md, "The connection loop
-//! as one poll"). The sources are polled in the order the `select!` was
+//! pushes, socket, one timer, the stop signal), called through `poll_fn`
+//! whenever the worker's session driver (`crate::driver`) polls the
+//! session: no `select!`, no future built per source and turn, no
+//! `async fn` state machine between idle and busy.
+//! Against the `select!` loop it replaced it saves ≈ 0.3 µs of the proxy's
+//! CPU per unpipelined request, ≈ 3.4 % (BENCHMARKS.md, "The connection
+//! loop as one poll"). The sources are polled in the order the `select!` was
 //! biased in, and each turn handles one event before looking again.
 //!
 //! One timer serves every wait (the front request's deadline, the idle
@@ -62,7 +63,7 @@ pub const FIRST_WRITE: usize = 2048;
 const IDLE_READ: usize = 256;
 /// Serve the connection until it ends.
 ///
-/// The stream is not split: this one task both reads and writes it through
+/// The stream is not split: this one future both reads and writes it through
 /// one `&mut` borrow, so no poll takes the lock `tokio::io::split` would
 /// (two atomic operations on every read and every write, measured at 0.8 %
 /// of the proxy's CPU on the unpipelined get path).
