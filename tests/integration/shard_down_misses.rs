@@ -420,14 +420,17 @@ fn paused_shard_reads_are_misses_and_not_cached() {
     assert_eq!(got, Ok(Vec::new()), "a paused shard's key is a miss");
     // Back (once the proxy reconnected): the real values, twice (the
     // second may come from the near cache); a substituted miss was never
-    // cached.
+    // cached. Each worker has its own connection to the shard, reconnected
+    // after its own backoff: wait through both clients (a new one, and the
+    // one that read the misses, which may be on the other worker). A miss
+    // the near cache kept would keep `c` from ever seeing the values.
     let mut fresh = s.cluster.client();
-    wait_values(
-        &mut fresh,
-        &[s.healthy[0], s.victims[1]],
-        2,
-        "the shard back",
-    );
+    for (client, what) in [
+        (&mut fresh, "the shard back"),
+        (&mut c, "the shard back for c"),
+    ] {
+        wait_values(client, &[s.healthy[0], s.victims[1]], 2, what);
+    }
     for _ in 0..2 {
         for &i in &s.victims[1..] {
             let want = vec![(key(i), value(i, 0))];
