@@ -138,21 +138,22 @@ pub fn spawn(entered: Entered, session: Pin<Box<dyn Future<Output = ()> + Send>>
 
 /// Drop this thread's sessions counted in `of` (the end of a drain).
 pub fn abort(of: &Arc<Sessions>) {
-    let aborted = DRIVER.with(|driver| {
+    DRIVER.with(|driver| {
         let mut driver = driver.borrow_mut();
-        let driver = driver.as_mut()?;
-        let (aborted, kept): (Vec<Session>, Vec<Session>) = std::mem::take(&mut driver.sessions)
+        let Some(driver) = driver.as_mut() else {
+            return;
+        };
+        // The aborted ones are dropped here, inside the borrow, as ended
+        // ones are in `drive`: a session's drop touches no driver.
+        let kept: Vec<Session> = std::mem::take(&mut driver.sessions)
             .into_iter()
-            .partition(|s| Arc::ptr_eq(&s.entered.0, of));
+            .filter(|s| !Arc::ptr_eq(&s.entered.0, of))
+            .collect();
         driver.sessions.extend(kept);
         if let Some(task) = &driver.task {
             task.wake_by_ref();
         }
-        Some(aborted)
     });
-    // Dropped outside the driver's borrow: a session's drop may wake
-    // others.
-    drop(aborted);
 }
 
 /// The driving task: poll whichever sessions were woken; never ends.

@@ -35,7 +35,8 @@ impl<'a> Deadline<'a> {
         }
     }
 
-    pub fn is_armed(&self) -> bool {
+    #[cfg(test)]
+    fn is_armed(&self) -> bool {
         self.armed.is_some()
     }
 

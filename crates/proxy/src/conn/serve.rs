@@ -80,20 +80,17 @@ where
     let shutdown = Shutdown::new(p.proxy().shutdown.clone(), changed);
     // Any instant will do: it is armed before it is polled.
     let sleep = std::pin::pin!(tokio::time::sleep_until(p.io().state.last_input));
-    let (idle, quiet) = {
-        let settings = p.proxy().settings.load();
-        (settings.idle_timeout, settings.drain_quiet)
-    };
     let mut conn = Conn {
         phase: Phase::Idle,
         timer: Deadline::new(sleep),
         shutdown,
         first: [0; IDLE_READ],
-        idle,
-        quiet,
+        idle: None,
+        quiet: Duration::ZERO,
         idle_deadline: None,
         quiet_at: None,
     };
+    conn.load_settings(p.proxy());
     std::future::poll_fn(|cx| conn.poll(p, &mut stream, cx)).await
 }
 
@@ -273,11 +270,17 @@ impl<F: Future> Conn<'_, F> {
         }
     }
 
-    /// Input arrived while idle (or SIGTERM came): a busy spell begins.
-    fn begin_busy<P: Protocol>(&mut self, p: &mut P) {
-        let settings = p.proxy().settings.load();
+    /// The live `idle_timeout` and `drain_quiet` (a reload may have
+    /// changed them).
+    fn load_settings(&mut self, proxy: &crate::proxy::Proxy) {
+        let settings = proxy.settings.load();
         self.idle = settings.idle_timeout;
         self.quiet = settings.drain_quiet;
+    }
+
+    /// Input arrived while idle (or SIGTERM came): a busy spell begins.
+    fn begin_busy<P: Protocol>(&mut self, p: &mut P) {
+        self.load_settings(p.proxy());
         self.idle_deadline = self.idle.map(|d| p.io().state.last_input + d);
         self.quiet_at = None;
         self.phase = Phase::Busy;
