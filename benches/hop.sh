@@ -34,7 +34,8 @@
 # run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99"; RATIO (default
 # 90:10) the get:set mix. UNIX=1 also has memshift listen on a unix socket
 # and runs the measured load there (warm-up and prefill stay on TCP).
-# PERF_RECORD=FILE writes a `perf record -g` of the proxy during the run.
+# PERF_RECORD=FILE writes a `perf record` of the proxy during the run, with
+# PERF_RECORD_ARGS (default -g; e.g. "--call-graph dwarf -e cpu-clock:u").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # NICE: the kernel's autogroups share the CPU between sessions first and
@@ -163,7 +164,8 @@ elif [ "${PERF:-0}" = 1 ]; then
         -p "$MS" -o "$W/perf.txt" &
     SP=$!; sleep 0.5
 elif [ -n "${PERF_RECORD:-}" ]; then
-    perf record -g -p "$MS" -o "$PERF_RECORD" >/dev/null 2>&1 &
+    # shellcheck disable=SC2086 # the knob is a list of flags
+    perf record ${PERF_RECORD_ARGS:--g} -p "$MS" -o "$PERF_RECORD" >/dev/null 2>&1 &
     SP=$!; sleep 0.5
 fi
 mode=(--rate "$RATE")
