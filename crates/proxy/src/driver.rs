@@ -106,9 +106,9 @@ impl Drop for Entered {
 
 type SessionFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A session's place in its driver's table, in one generation of the slot
-/// (a wake-up for an ended session finds another generation and is
-/// dropped).
+/// A session's place in its driver's table, with the session's own
+/// generation (a wake-up for an ended session finds another generation in
+/// the slot, or no slot, and is dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Key {
     slot: u32,
@@ -231,15 +231,25 @@ struct Running {
 }
 
 struct Slot {
+    /// The generation of the session in it (or of the last one).
     gen: u32,
     session: Option<Running>,
 }
+
+/// A table emptied with room for more slots than this gives the room back
+/// (a burst of connections must not keep its table for ever).
+const KEEP_SLOTS: usize = 64;
 
 /// This thread's sessions.
 struct Driver {
     id: u64,
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Sessions in the table.
+    running: usize,
+    /// The next session's generation: every session gets a new one, so a
+    /// key outlives its slot, the table's room given back included.
+    next_gen: u32,
     remote: Arc<Remote>,
 }
 
@@ -261,6 +271,8 @@ impl Driver {
             id,
             slots: Vec::new(),
             free: Vec::new(),
+            running: 0,
+            next_gen: 0,
             remote: Arc::new(Remote::default()),
         }
     }
@@ -274,7 +286,9 @@ impl Driver {
             });
             (self.slots.len() - 1) as u32
         });
-        let gen = self.slots.get(slot as usize).map_or(0, |s| s.gen);
+        let gen = self.next_gen;
+        self.next_gen = gen.wrapping_add(1);
+        self.running += 1;
         let wake = Arc::new(SessionWaker {
             key: Key { slot, gen },
             driver: self.id,
@@ -282,6 +296,7 @@ impl Driver {
             remote: self.remote.clone(),
         });
         if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.gen = gen;
             s.session = Some(Running {
                 _entered: entered,
                 future,
@@ -315,10 +330,17 @@ impl Driver {
 
     /// Drop the session in `slot` (its drop touches no driver).
     fn remove(&mut self, slot: u32) {
-        if let Some(s) = self.slots.get_mut(slot as usize) {
-            s.session = None;
-            s.gen = s.gen.wrapping_add(1);
-            self.free.push(slot);
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if s.session.take().is_none() {
+            return;
+        }
+        self.free.push(slot);
+        self.running -= 1;
+        if self.running == 0 && self.slots.capacity() > KEEP_SLOTS {
+            self.slots = Vec::new();
+            self.free = Vec::new();
         }
     }
 }
@@ -579,5 +601,25 @@ mod tests {
         until("the other session ended", || others.is_empty()).await;
         abort(&sessions);
         assert!(sessions.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_emptied_table_gives_its_room_back() {
+        let sessions = Sessions::new();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        for _ in 0..(KEEP_SLOTS * 2) {
+            let mut rx = rx.clone();
+            spawn(
+                sessions.enter(),
+                Box::pin(async move {
+                    let _ = rx.wait_for(|go| *go).await;
+                }),
+            );
+        }
+        let room = || DRIVER.with(|d| d.borrow().as_ref().map_or(0, |d| d.slots.capacity()));
+        until("every session started", || room() >= KEEP_SLOTS * 2).await;
+        tx.send_replace(true);
+        until("every session ended", || sessions.is_empty()).await;
+        assert_eq!(room(), 0, "the table kept its room");
     }
 }
