@@ -129,21 +129,23 @@ impl<C: Codec> Receiver<C> {
     /// The next request; `None` once the sender is gone and the queue is
     /// empty.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Request<C>>> {
-        if let Some(req) = self.try_recv() {
-            return Poll::Ready(Some(req));
+        if self.taken.is_empty() {
+            let mut state = self.shared.lock();
+            if !take_batch(&mut self.taken, &self.shared, &mut state) {
+                if state.sender_gone {
+                    return Poll::Ready(None);
+                }
+                if !state
+                    .waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    state.waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
         }
-        let mut state = self.shared.lock();
-        if state.sender_gone {
-            return Poll::Ready(None);
-        }
-        if !state
-            .waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            state.waker = Some(cx.waker().clone());
-        }
-        Poll::Pending
+        Poll::Ready(self.pop())
     }
 
     /// As [`Receiver::poll_recv`]. Cancel-safe: a request is only taken
@@ -156,17 +158,36 @@ impl<C: Codec> Receiver<C> {
     pub(crate) fn try_recv(&mut self) -> Option<Request<C>> {
         if self.taken.is_empty() {
             let mut state = self.shared.lock();
-            if state.queue.is_empty() {
+            if !take_batch(&mut self.taken, &self.shared, &mut state) {
                 return None;
             }
-            // The whole batch at once: the rest is taken without the lock.
-            std::mem::swap(&mut self.taken, &mut state.queue);
-            self.shared.taken.store(self.taken.len(), Ordering::Relaxed);
         }
+        self.pop()
+    }
+
+    fn pop(&mut self) -> Option<Request<C>> {
         let req = self.taken.pop_front();
         self.shared.taken.store(self.taken.len(), Ordering::Relaxed);
         req
     }
+}
+
+/// Take the whole queue into `taken` (`state` is `shared`'s, locked), so
+/// that the rest of the batch is taken without the lock; false if it was
+/// empty.
+fn take_batch<C: Codec>(
+    taken: &mut VecDeque<Request<C>>,
+    shared: &Shared<C>,
+    state: &mut State<C>,
+) -> bool {
+    if state.queue.is_empty() {
+        return false;
+    }
+    std::mem::swap(taken, &mut state.queue);
+    // Stored before the lock is released: no sender sees the batch
+    // uncounted.
+    shared.taken.store(taken.len(), Ordering::Relaxed);
+    true
 }
 
 impl<C: Codec> Drop for Receiver<C> {

@@ -224,16 +224,13 @@ impl Here {
 /// A session in the driver.
 struct Running {
     /// Its listener's count, until it ends or is dropped.
-    _entered: Entered,
+    entered: Entered,
     future: SessionFuture,
+    /// `wake` as a `Waker`, built once: a poll's context costs no
+    /// reference count.
     waker: Waker,
+    /// Its key (with its generation) and "queued" flag.
     wake: Arc<SessionWaker>,
-}
-
-struct Slot {
-    /// The generation of the session in it (or of the last one).
-    gen: u32,
-    session: Option<Running>,
 }
 
 /// A table emptied with room for more slots than this gives the room back
@@ -243,10 +240,9 @@ const KEEP_SLOTS: usize = 64;
 /// This thread's sessions.
 struct Driver {
     id: u64,
-    slots: Vec<Slot>,
+    /// Every slot is either running a session or on `free`.
+    slots: Vec<Option<Running>>,
     free: Vec<u32>,
-    /// Sessions in the table.
-    running: usize,
     /// The next session's generation: every session gets a new one, so a
     /// key outlives its slot, the table's room given back included.
     next_gen: u32,
@@ -271,7 +267,6 @@ impl Driver {
             id,
             slots: Vec::new(),
             free: Vec::new(),
-            running: 0,
             next_gen: 0,
             remote: Arc::new(Remote::default()),
         }
@@ -280,15 +275,11 @@ impl Driver {
     /// Add a session; its waker, to poll it a first time.
     fn insert(&mut self, entered: Entered, future: SessionFuture) -> Arc<SessionWaker> {
         let slot = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(Slot {
-                gen: 0,
-                session: None,
-            });
+            self.slots.push(None);
             (self.slots.len() - 1) as u32
         });
         let gen = self.next_gen;
         self.next_gen = gen.wrapping_add(1);
-        self.running += 1;
         let wake = Arc::new(SessionWaker {
             key: Key { slot, gen },
             driver: self.id,
@@ -296,9 +287,8 @@ impl Driver {
             remote: self.remote.clone(),
         });
         if let Some(s) = self.slots.get_mut(slot as usize) {
-            s.gen = gen;
-            s.session = Some(Running {
-                _entered: entered,
+            *s = Some(Running {
+                entered,
                 future,
                 waker: Waker::from(wake.clone()),
                 wake: wake.clone(),
@@ -309,14 +299,12 @@ impl Driver {
 
     /// Poll the session at `key` if it is still there; drop it if it ended.
     fn poll(&mut self, key: Key) {
-        let Some(slot) = self
+        let Some(running) = self
             .slots
             .get_mut(key.slot as usize)
-            .filter(|s| s.gen == key.gen)
+            .and_then(Option::as_mut)
+            .filter(|r| r.wake.key.gen == key.gen)
         else {
-            return;
-        };
-        let Some(running) = slot.session.as_mut() else {
             return;
         };
         // Cleared before the poll: a wake-up during it queues the session
@@ -333,12 +321,12 @@ impl Driver {
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        if s.session.take().is_none() {
+        if s.take().is_none() {
             return;
         }
         self.free.push(slot);
-        self.running -= 1;
-        if self.running == 0 && self.slots.capacity() > KEEP_SLOTS {
+        let emptied = self.free.len() == self.slots.len();
+        if emptied && self.slots.capacity() > KEEP_SLOTS {
             self.slots = Vec::new();
             self.free = Vec::new();
         }
@@ -368,11 +356,7 @@ pub fn abort(of: &Arc<Sessions>) {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| {
-                s.session
-                    .as_ref()
-                    .is_some_and(|r| Arc::ptr_eq(&r._entered.0, of))
-            })
+            .filter(|(_, s)| s.as_ref().is_some_and(|r| Arc::ptr_eq(&r.entered.0, of)))
             .map(|(i, _)| i as u32)
             .collect();
         // Dropped here, inside the borrow, as ended ones are in `drive`.
