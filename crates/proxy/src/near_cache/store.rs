@@ -17,13 +17,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
+use triomphe::ThinArc;
 
 use super::{NearCache, Tracking};
 
-/// Bytes counted per entry besides key and value: the map slot, the entry
-/// (flags, CAS, expiry, snapshot, `Arc`), the eviction-queue record and
-/// both `Bytes` headers, rounded up.
-pub const ENTRY_OVERHEAD: usize = 96;
+/// Bytes counted per entry besides key and value: the item's header (its
+/// reference count, length and [`Meta`]), the allocator's own (up to 16),
+/// the map slot (a hash and a pointer, at hashbrown's 7/8 load) and the
+/// eviction queue's record: 130 on 64-bit targets.
+pub const ENTRY_OVERHEAD: usize = 2 * std::mem::size_of::<usize>()
+    + std::mem::size_of::<Meta>()
+    + 16
+    + std::mem::size_of::<(u64, Cached)>() * 8 / 7
+    + std::mem::size_of::<(u64, u64)>();
 /// Admission slots per thread (a key's hash picks one).
 const DOOR_SLOTS: usize = 4096;
 
@@ -57,7 +63,8 @@ impl Ticket {
     }
 }
 
-/// A cached item, as `get`/`gets` answer it.
+/// An item read from (or written to) Redis, as `get`/`gets` answer it: what
+/// fills the cache.
 #[derive(Debug, Clone)]
 pub struct Hit {
     pub flags: u32,
@@ -65,14 +72,110 @@ pub struct Hit {
     pub data: Bytes,
 }
 
-struct Entry {
-    key: Bytes,
-    hit: Hit,
+/// A cached item, as a hit hands it out: what the entry is checked
+/// against, its key and its data in one allocation, behind the reference
+/// count they share (a memcached item's layout). A hit on a store larger
+/// than the CPU's caches costs mostly the cache lines it touches: the map
+/// slot, then the key (to compare it), the count and the data. Kept in the
+/// slot with key and data in allocations of their own (two `Bytes`, the
+/// data's count in a third, made on its first clone) the store's lookup
+/// was ≈ 35 % of a hit's user-space time; here the slot is a hash and a
+/// pointer, and the rest is one run of lines (BENCHMARKS.md, "Near cache:
+/// one allocation per item").
+#[derive(Clone)]
+pub struct Cached(ThinArc<Meta, u8>);
+
+/// The fixed part of a [`Cached`] item: the answer's flags and CAS, and
+/// what an entry is served under (see [`lookup`]).
+struct Meta {
+    flags: u32,
+    key_len: u32,
+    cas: u64,
     expires: Instant,
+    /// The shard's tracking (compared by address) and its generation, and
+    /// the key's epoch, as of when the read was sent.
     tracking: Arc<Tracking>,
     generation: u64,
     epoch: u32,
+    /// Its fill's number: the eviction queue's records name it.
     id: u64,
+}
+
+impl std::fmt::Debug for Cached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("flags", &self.flags())
+            .field("cas", &self.cas())
+            .field("len", &self.data().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cached {
+    fn new(key: &[u8], data: &[u8], meta: Meta) -> Cached {
+        // Exact-size, as `from_header_and_iter` needs (a chain is not).
+        let byte = |i: usize| match i.checked_sub(key.len()) {
+            None => key.get(i),
+            Some(j) => data.get(j),
+        };
+        let bytes = (0..key.len() + data.len()).map(|i| byte(i).copied().unwrap_or(0));
+        Cached(ThinArc::from_header_and_iter(meta, bytes))
+    }
+
+    fn meta(&self) -> &Meta {
+        &self.0.header.header
+    }
+
+    fn key_len(&self) -> usize {
+        self.meta().key_len as usize
+    }
+
+    fn key(&self) -> &[u8] {
+        self.0.slice.get(..self.key_len()).unwrap_or_default()
+    }
+
+    pub fn flags(&self) -> u32 {
+        self.meta().flags
+    }
+
+    pub fn cas(&self) -> u64 {
+        self.meta().cas
+    }
+
+    pub fn data(&self) -> &[u8] {
+        self.0.slice.get(self.key_len()..).unwrap_or_default()
+    }
+
+    /// The data as `Bytes` sharing this item (one small allocation, no
+    /// copy), for replies that keep several items (multi-key reads).
+    pub fn into_data(self) -> Bytes {
+        let start = self.key_len();
+        Bytes::from_owner(self).slice(start..)
+    }
+
+    /// Served for a read of `key` from the shard `tracking` watches, at
+    /// `generation` and `epoch`, made at `now`.
+    fn serves(
+        &self,
+        key: &[u8],
+        tracking: &Arc<Tracking>,
+        generation: u64,
+        epoch: u32,
+        now: Instant,
+    ) -> bool {
+        let m = self.meta();
+        self.key() == key
+            && Arc::ptr_eq(&m.tracking, tracking)
+            && m.generation == generation
+            && m.epoch == epoch
+            && now < m.expires
+    }
+}
+
+impl AsRef<[u8]> for Cached {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.slice
+    }
 }
 
 /// A key's xxh3 hash, used as its own hash.
@@ -99,7 +202,7 @@ impl Hasher for KeyHash {
 #[derive(Default)]
 struct Store {
     /// By key hash ([`super::hash`]).
-    map: HashMap<u64, Entry, BuildHasherDefault<KeyHash>>,
+    map: HashMap<u64, Cached, BuildHasherDefault<KeyHash>>,
     /// Fill order (key hash, entry id); records of replaced or removed
     /// entries are skipped when popped.
     order: VecDeque<(u64, u64)>,
@@ -119,7 +222,7 @@ fn size(key: &[u8], data: &[u8]) -> usize {
 
 /// The outcome of a lookup.
 pub enum Lookup {
-    Hit(Hit),
+    Hit(Cached),
     /// Not served from here: read from Redis, and fill with the reply if
     /// there is a ticket.
     Miss(Option<Ticket>),
@@ -142,14 +245,9 @@ pub fn lookup(
     STORE.with(|s| {
         let mut s = s.borrow_mut();
         if let Some(e) = s.map.get(&hash) {
-            if e.key[..] == *key
-                && Arc::ptr_eq(&e.tracking, tracking)
-                && e.generation == generation
-                && e.epoch == epoch
-                && now < e.expires
-            {
+            if e.serves(key, tracking, generation, epoch, now) {
                 near.metrics.near_cache.hit();
-                return Lookup::Hit(e.hit.clone());
+                return Lookup::Hit(e.clone());
             }
             let before = s.size();
             s.remove(hash);
@@ -311,15 +409,12 @@ fn fill_at(
         p => limits.max_ttl.min(Duration::from_millis(p as u64)),
     };
     let cap = near.per_thread(limits.max_bytes);
+    let Ok(key_len) = u32::try_from(key.len()) else {
+        return;
+    };
     if size(key, &hit.data) > cap {
         return;
     }
-    // Copies: keeping slices would pin the whole read buffers they are in.
-    let key = Bytes::copy_from_slice(key);
-    let hit = Hit {
-        data: Bytes::copy_from_slice(&hit.data),
-        ..hit.clone()
-    };
     STORE.with(|s| {
         let mut s = s.borrow_mut();
         let before = s.size();
@@ -327,26 +422,27 @@ fn fill_at(
         s.remove(hash);
         s.next_id += 1;
         let id = s.next_id;
-        s.bytes += size(&key, &hit.data);
+        s.bytes += size(key, &hit.data);
         s.order.push_back((hash, id));
-        s.map.insert(
-            hash,
-            Entry {
-                key,
-                hit,
-                expires: ticket.sent + ttl,
-                tracking: ticket.tracking,
-                generation: ticket.generation,
-                epoch,
-                id,
-            },
-        );
+        let meta = Meta {
+            flags: hit.flags,
+            key_len,
+            cas: hit.cas,
+            expires: ticket.sent + ttl,
+            tracking: ticket.tracking,
+            generation: ticket.generation,
+            epoch,
+            id,
+        };
+        // A copy: keeping slices would pin the whole read buffers they
+        // are in.
+        s.map.insert(hash, Cached::new(key, &hit.data, meta));
         near.metrics.near_cache.admission();
         while s.bytes > cap {
             let Some((old, old_id)) = s.order.pop_front() else {
                 break;
             };
-            if s.map.get(&old).is_some_and(|e| e.id == old_id) {
+            if s.map.get(&old).is_some_and(|e| e.meta().id == old_id) {
                 s.remove(old);
                 near.metrics.near_cache.eviction();
             }
@@ -363,7 +459,7 @@ impl Store {
 
     fn remove(&mut self, hash: u64) {
         if let Some(e) = self.map.remove(&hash) {
-            self.bytes -= size(&e.key, &e.hit.data);
+            self.bytes -= size(e.key(), e.data());
         }
     }
 
@@ -385,7 +481,7 @@ impl Store {
         if self.order.len() > 2 * self.map.len() + 64 {
             let map = &self.map;
             self.order
-                .retain(|(k, id)| map.get(k).is_some_and(|e| e.id == *id));
+                .retain(|(k, id)| map.get(k).is_some_and(|e| e.meta().id == *id));
         }
     }
 }

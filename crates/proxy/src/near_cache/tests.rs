@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use bytes::Bytes;
 
 use super::store::{
-    answered, fill, lookup, write_through, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD,
+    answered, fill, lookup, write_through, Cached, Hit, Limits, Lookup, Ticket, ENTRY_OVERHEAD,
 };
 use super::{NearCache, Tracking, BUCKETS, SEEN_SLOTS};
 use crate::metrics::Metrics;
@@ -52,7 +52,7 @@ fn ticket(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Ticket {
     }
 }
 
-fn served(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Option<Hit> {
+fn served(n: &NearCache, t: &Arc<Tracking>, key: &[u8], l: &Limits) -> Option<Cached> {
     match lookup(n, t, key, l, Instant::now()) {
         Lookup::Hit(h) => Some(h),
         Lookup::Miss(_) => None,
@@ -69,7 +69,8 @@ fn second_read_is_admitted_then_served_with_flags_and_cas() {
     let tk = ticket(&n, &t, b"adm", &l);
     fill(&n, tk, b"adm", &hit(b"v"), -1, &l);
     let h = served(&n, &t, b"adm", &l).expect("served");
-    assert_eq!((h.flags, h.cas, &h.data[..]), (7, 42, &b"v"[..]));
+    assert_eq!((h.flags(), h.cas(), h.data()), (7, 42, &b"v"[..]));
+    assert_eq!(h.into_data(), Bytes::from_static(b"v"));
 }
 
 #[test]
@@ -168,7 +169,7 @@ fn a_newer_item_read_on_another_thread_drops_this_threads_copy() {
     // Nor after the item was found gone elsewhere.
     let tk = ticket(&n, &t, b"mono", &l);
     fill(&n, tk, b"mono", &hit(b"v5"), -1, &l);
-    assert_eq!(&served(&n, &t, b"mono", &l).expect("v5").data[..], b"v5");
+    assert_eq!(&served(&n, &t, b"mono", &l).expect("v5").data(), b"v5");
     read_elsewhere(&n, b"mono", None, &l);
     assert!(served(&n, &t, b"mono", &l).is_none());
     // A read in flight while a newer item was read elsewhere fills nothing.
@@ -179,7 +180,7 @@ fn a_newer_item_read_on_another_thread_drops_this_threads_copy() {
     // Its own newer item: filled, at the epoch its own read moved to.
     let tk = ticket(&n, &t, b"mono", &l);
     fill(&n, tk, b"mono", &hit(b"v7"), -1, &l);
-    assert_eq!(&served(&n, &t, b"mono", &l).expect("v7").data[..], b"v7");
+    assert_eq!(&served(&n, &t, b"mono", &l).expect("v7").data(), b"v7");
 }
 
 #[test]
@@ -191,10 +192,10 @@ fn a_stored_write_through_set_is_served_and_drops_older_copies() {
         .expect("tracking is live");
     // In flight: readers of other sessions, concurrent with the set, still
     // get the older copy.
-    assert_eq!(&served(&n, &t, b"wt", &l).expect("old").data[..], b"old");
+    assert_eq!(&served(&n, &t, b"wt", &l).expect("old").data(), b"old");
     through.stored(&n, &l);
     let h = served(&n, &t, b"wt", &l).expect("the stored item, no read needed");
-    assert_eq!((h.flags, h.cas, &h.data[..]), (7, 42, &b"new"[..]));
+    assert_eq!((h.flags(), h.cas(), h.data()), (7, 42, &b"new"[..]));
     // Reading that same item elsewhere does not drop it.
     read_elsewhere(&n, b"wt", Some(hit(b"new")), &l);
     assert!(served(&n, &t, b"wt", &l).is_some());
@@ -381,4 +382,11 @@ mod coalescing {
         }
         assert!(indexed() <= 2_100, "{} entries", indexed());
     }
+}
+
+#[test]
+fn an_entry_counts_its_header_slot_and_queue_record() {
+    // docs/config.md (`max_bytes`), docs/near-cache.md and docs/metrics.md
+    // state this figure.
+    assert_eq!(ENTRY_OVERHEAD, 130);
 }

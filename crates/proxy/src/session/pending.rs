@@ -52,7 +52,7 @@ pub(super) enum Op {
     /// get/gets of one key answered by the near cache.
     NearHit {
         keys: Keys<Bytes>,
-        hit: crate::near_cache::store::Hit,
+        hit: crate::near_cache::store::Cached,
         with_cas: bool,
     },
 }
@@ -116,7 +116,7 @@ pub(super) struct Retrieval {
     pub near_fill: Vec<(u32, crate::near_cache::store::Ticket)>,
     /// Near cache: (key index, item) of the keys it answered (multi-key
     /// get/gets; their slot's part is `NEAR_HIT`), in key order.
-    pub near_hits: Vec<(u32, crate::near_cache::store::Hit)>,
+    pub near_hits: Vec<(u32, crate::near_cache::store::Cached)>,
     /// Near cache, single-key get/gets: other misses of the key wait for
     /// this read (see `near_cache::coalesce`).
     pub near_lead: Option<crate::near_cache::coalesce::Lead>,

@@ -124,7 +124,7 @@ impl RespSession {
         };
         let limits = self.proxy.settings.load().near_cache;
         let (cmd, render, ticket) = match lookup(&routes, shard, &key, &limits) {
-            Lookup::Hit(hit) => return self.push_bytes(|b| out::bulk(b, &hit.data)),
+            Lookup::Hit(hit) => return self.push_bytes(|b| out::bulk(b, hit.data())),
             Lookup::Miss(Some(ticket)) => (self.fill_read(&key), Render::FillValue, Some(ticket)),
             Lookup::Miss(None) => (
                 raw.unwrap_or_else(|| self.encode_args()),
@@ -173,7 +173,7 @@ impl RespSession {
             match lookup(&routes, shard, key, &limits) {
                 Lookup::Hit(hit) => {
                     *slot_of_key = (NEAR_HIT, hits.len() as u32);
-                    hits.push(hit.data);
+                    hits.push(hit.into_data());
                 }
                 Lookup::Miss(Some(ticket)) => fills.push((shard, i, ticket)),
                 Lookup::Miss(None) => {

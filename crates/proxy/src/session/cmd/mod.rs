@@ -158,14 +158,14 @@ impl Session {
     pub(in crate::session) fn render_near_hit<S: Sink>(
         &mut self,
         keys: &Keys<Bytes>,
-        hit: &crate::near_cache::store::Hit,
+        hit: &crate::near_cache::store::Cached,
         with_cas: bool,
         sink: &mut S,
     ) {
         let key = keys.iter().next().unwrap_or_default();
         self.proxy.stats.prefixes.record_get(key, true);
-        let cas = with_cas.then_some(hit.cas);
-        sink.item(&mut self.wbuf, key, hit.flags, &hit.data, cas);
+        let cas = with_cas.then_some(hit.cas());
+        sink.item(&mut self.wbuf, key, hit.flags(), hit.data(), cas);
         sink.end_items(&mut self.wbuf);
     }
 

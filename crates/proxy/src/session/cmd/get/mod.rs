@@ -22,7 +22,7 @@ use memshift_protocol::memcache::{Keys, RetrievalCommand};
 use super::super::pending::{Backfill, Op, Plan, Retrieval};
 use super::super::Session;
 use super::Tag;
-use crate::near_cache::store::{Hit, Lookup};
+use crate::near_cache::store::{Cached, Lookup};
 use crate::redis::translate::{self, Expiry};
 use crate::router::{Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
@@ -32,7 +32,7 @@ pub(in crate::session::cmd) use render::{meta_get_pttl, redis_item};
 /// How a get/gets of one Redis key goes out.
 enum OneRead {
     /// The near cache has it.
-    Hit(Hit),
+    Hit(Cached),
     /// It waits for another read of the key (`near_cache::coalesce`).
     Joined,
     /// Its command is in `cmd_buf`.
@@ -189,7 +189,7 @@ impl Session {
     }
 
     /// A get/gets of one key the near cache answered.
-    fn near_hit(&self, retrieval: Retrieval, hit: Hit) -> (Op, u32) {
+    fn near_hit(&self, retrieval: Retrieval, hit: Cached) -> (Op, u32) {
         bump(&self.proxy.stats.get_hits);
         self.proxy.metrics.get_hit(Backend::Redis);
         let op = Op::NearHit {

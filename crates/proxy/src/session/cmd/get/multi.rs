@@ -10,7 +10,7 @@ use memshift_protocol::memcache::{client, Keys, RetrievalCommand};
 use super::super::super::pending::{Backfill, Op, Plan, Retrieval, Slot, NEAR_HIT, OWN_REPLY};
 use super::super::super::Session;
 use super::peek;
-use crate::near_cache::store::{Hit, Lookup, Ticket};
+use crate::near_cache::store::{Cached, Lookup, Ticket};
 use crate::redis::translate::{self, Expiry};
 use crate::router::{Backend, ReplyShape, Routes, Target};
 
@@ -109,7 +109,7 @@ impl Session {
         routes: &Routes,
         keys: &'k Keys<Bytes>,
         touch: bool,
-        near_hits: &mut Vec<(u32, Hit)>,
+        near_hits: &mut Vec<(u32, Cached)>,
         near_fill: &mut Vec<(u32, Ticket)>,
     ) -> Groups<'k> {
         let migration = routes.migration();

@@ -18,7 +18,7 @@ use super::super::super::pending::{Results, Retrieval, Slot, NEAR_HIT, OWN_REPLY
 use super::super::super::Session;
 use super::super::shadow::Change;
 use super::super::sink::Sink;
-use crate::near_cache::store::{Hit, Ticket};
+use crate::near_cache::store::{Cached, Hit, Ticket};
 use crate::read_errors::ReadFailure;
 use crate::redis::{encoding, Reply};
 use crate::router::{Access, Backend, Routes};
@@ -35,12 +35,12 @@ pub(super) struct Found {
     pub data: Bytes,
 }
 
-impl From<Hit> for Found {
-    fn from(hit: Hit) -> Found {
+impl From<Cached> for Found {
+    fn from(hit: Cached) -> Found {
         Found {
-            flags: hit.flags,
-            cas: hit.cas,
-            data: hit.data,
+            flags: hit.flags(),
+            cas: hit.cas(),
+            data: hit.into_data(),
         }
     }
 }
