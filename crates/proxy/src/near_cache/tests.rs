@@ -390,3 +390,24 @@ fn an_entry_counts_its_header_slot_and_queue_record() {
     // state this figure.
     assert_eq!(ENTRY_OVERHEAD, 130);
 }
+
+#[test]
+fn a_large_item_is_served_whole() {
+    let (n, t, l) = (near(), live(), limits(1));
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    let item = Hit {
+        flags: 3,
+        cas: 9,
+        data: Bytes::from(data.clone()),
+    };
+    let l = Limits {
+        max_bytes: 4 << 20,
+        ..l
+    };
+    let tk = ticket(&n, &t, b"large", &l);
+    fill(&n, tk, b"large", &item, -1, &l);
+    let h = served(&n, &t, b"large", &l).expect("served");
+    assert_eq!((h.flags(), h.cas()), (3, 9));
+    assert!(h.data() == &data[..], "the data, byte for byte");
+    assert_eq!(h.into_data(), Bytes::from(data));
+}
