@@ -78,10 +78,11 @@ pub struct Hit {
 /// than the CPU's caches costs mostly the cache lines it touches: the map
 /// slot, then the key (to compare it), the count and the data. Kept in the
 /// slot with key and data in allocations of their own (two `Bytes`, the
-/// data's count in a third, made on its first clone) the store's lookup
-/// was ≈ 35 % of a hit's user-space time; here the slot is a hash and a
-/// pointer, and the rest is one run of lines (BENCHMARKS.md, "Near cache:
-/// one allocation per item").
+/// data's count in a third, made on its first clone) the lookup, the key
+/// compare, the clone and the value's copy were ≈ 30 % of a hit's
+/// user-space time; here the slot is a hash and a pointer, and the rest is
+/// one run of lines (BENCHMARKS.md, "Near cache: one allocation per
+/// item").
 #[derive(Clone)]
 pub struct Cached(ThinArc<Meta, u8>);
 
