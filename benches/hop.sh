@@ -196,7 +196,7 @@ if r["errors"]["total"]:
 ' "$t0" "$t1" "$RATE" "$v0" "$v1" "$u0" "$u1"
 if [ "${PERF_USER:-0}" = 1 ]; then
     n=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
-    ns=$(perf report -i "$W/user.data" --stdio 2>/dev/null | awk '/Event count/ {print $NF; exit}')
+    ns=$(perf report -i "$W/user.data" --stdio 2>/dev/null | awk '/Event count/ && !seen++ {print $NF}')
     awk -v ns="${ns:-0}" -v n="$n" 'BEGIN { printf "  user space from perf samples: %.3f us/request (perf slows the run)\n", ns / 1e3 / (n > 0 ? n : 1) }'
 fi
 if [ "${NEAR:-0}" = 1 ]; then
