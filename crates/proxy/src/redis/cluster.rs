@@ -43,7 +43,7 @@ const RETRY_MAX: Duration = Duration::from_millis(100);
 /// Refreshes asked for by redirects come at most this often.
 const REFRESH_GAP: Duration = Duration::from_millis(50);
 /// `ASKING` as sent before a request redirected by `-ASK`.
-const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+pub(super) const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// A slot no known master serves.
 const UNOWNED: u16 = u16::MAX;
 

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 
 use super::primary::Primary;
 use super::redirect::{Hook, Redirect};
-use super::{scripts, Routed};
+use super::{scripts, translate, Routed};
 use crate::metrics::{ErrorKind, ShardMetrics};
 use crate::tls::ShardTls;
 
@@ -117,7 +117,8 @@ impl Connector for RedisConnector {
             metrics: self.metrics.clone(),
             cluster: self.cluster.clone(),
             addr: self.settings.addr.clone(),
-            asked: false,
+            before: 0,
+            refused: None,
         }
     }
 
@@ -287,30 +288,78 @@ pub(super) struct RedisCodec {
     cluster: Hook,
     /// This connection's node, for retries on it.
     addr: String,
-    /// The front request's `ASKING` reply was dropped already.
-    asked: bool,
+    /// Replies of the front request read before its answer.
+    before: u8,
+    /// The first of them that was an error (a transaction's refused step).
+    refused: Option<Frame>,
+}
+
+/// What comes back for one request: its answer, after the replies
+/// [`RedisCodec::decode`] reads and drops first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expect {
+    /// `ASKING`'s reply comes first (a request sent after a cluster's
+    /// `-ASK`).
+    asking: bool,
+    /// Then a transaction's status replies (`translate::fill_read`).
+    statuses: u8,
+}
+
+impl Expect {
+    pub(crate) const PLAIN: Expect = Expect {
+        asking: false,
+        statuses: 0,
+    };
+
+    /// For `request` (its bytes start with `ASKING` when `asking`).
+    pub(crate) fn of(request: &[u8], asking: bool) -> Expect {
+        let command = match asking {
+            true => request
+                .get(super::cluster::ASKING.len()..)
+                .unwrap_or_default(),
+            false => request,
+        };
+        Expect {
+            asking,
+            statuses: translate::statuses_before_answer(command),
+        }
+    }
 }
 
 impl Codec for RedisCodec {
-    /// True when an `ASKING` reply comes first.
-    type Expect = bool;
+    type Expect = Expect;
     type Caller = Routed;
     type Reply = Frame;
 
-    fn decode(&mut self, buf: &mut BytesMut, asking: bool) -> Result<Option<Frame>, DecodeError> {
+    /// A request's answer is its last reply. `ASKING`'s reply before it is
+    /// dropped; a transaction answers as one command would: with its first
+    /// refused step (a status reply that is an error: `-MOVED` in a
+    /// cluster, say, before EXEC's `-EXECABORT`), else with the first error
+    /// EXEC's array holds (GET's `-WRONGTYPE`), else with that array.
+    fn decode(&mut self, buf: &mut BytesMut, expect: Expect) -> Result<Option<Frame>, DecodeError> {
+        let asking = u8::from(expect.asking);
         loop {
             let frame = self
                 .parser
                 .parse(buf)
                 .map_err(|e| DecodeError::Malformed(Box::new(e)))?;
-            match frame {
-                Some(_) if asking && !self.asked => self.asked = true,
-                Some(frame) => {
-                    self.asked = false;
-                    return Ok(Some(frame));
+            let Some(frame) = frame else {
+                return Ok(None);
+            };
+            if self.before < asking + expect.statuses {
+                let status = self.before >= asking;
+                if status && self.refused.is_none() && matches!(frame, Frame::Error(_)) {
+                    self.refused = Some(frame);
                 }
-                None => return Ok(None),
+                self.before += 1;
+                continue;
             }
+            self.before = 0;
+            return Ok(Some(match self.refused.take() {
+                Some(refused) => refused,
+                None if expect.statuses > 0 => transaction_answer(frame),
+                None => frame,
+            }));
         }
     }
 
@@ -352,8 +401,20 @@ impl Codec for RedisCodec {
         }
     }
 
-    fn resend_preamble(&mut self, out: &mut BytesMut) -> (usize, bool) {
-        (load_scripts(out), false)
+    fn resend_preamble(&mut self, out: &mut BytesMut) -> (usize, Expect) {
+        (load_scripts(out), Expect::PLAIN)
+    }
+}
+
+/// EXEC's answer as one command's: the first error among its replies, or
+/// the whole array.
+fn transaction_answer(exec: Frame) -> Frame {
+    let Frame::Array(mut replies) = exec else {
+        return exec;
+    };
+    match replies.iter().position(|r| matches!(r, Frame::Error(_))) {
+        Some(i) => replies.swap_remove(i),
+        None => Frame::Array(replies),
     }
 }
 
@@ -434,5 +495,153 @@ where
             Either::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Either::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Backend, Metrics};
+
+    fn codec() -> RedisCodec {
+        RedisCodec {
+            parser: ReplyParser::new(),
+            metrics: Metrics::new().shard(Backend::Redis, "test"),
+            cluster: None,
+            addr: "127.0.0.1:6379".into(),
+            before: 0,
+            refused: None,
+        }
+    }
+
+    fn fill(asking: bool) -> (Bytes, Expect) {
+        let mut buf = BytesMut::new();
+        if asking {
+            buf.extend_from_slice(super::super::cluster::ASKING);
+        }
+        translate::fill_read(&mut buf, b"k");
+        let bytes = buf.freeze();
+        let expect = Expect::of(&bytes, asking);
+        (bytes, expect)
+    }
+
+    /// Every answer `replies` holds for requests expecting `expects`, fed
+    /// one byte at a time (a reply split across reads).
+    fn answers(replies: &[u8], expects: &[Expect]) -> Vec<Frame> {
+        let mut codec = codec();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for &b in replies {
+            buf.extend_from_slice(&[b]);
+            while let Some(&expect) = expects.get(out.len()) {
+                match codec.decode(&mut buf, expect).expect("well-formed") {
+                    Some(frame) => out.push(frame),
+                    None => break,
+                }
+            }
+        }
+        assert!(buf.is_empty());
+        out
+    }
+
+    #[test]
+    fn a_fill_is_a_transaction_and_other_requests_are_plain() {
+        let (bytes, expect) = fill(false);
+        assert_eq!(
+            &bytes[..],
+            b"*1\r\n$5\r\nMULTI\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$4\r\nPTTL\r\n$1\r\nk\r\n*1\r\n$4\r\nEXEC\r\n"
+        );
+        assert_eq!(
+            expect,
+            Expect {
+                asking: false,
+                statuses: 3
+            }
+        );
+        assert_eq!(
+            fill(true).1,
+            Expect {
+                asking: true,
+                statuses: 3
+            }
+        );
+        let mut get = BytesMut::new();
+        translate::get(&mut get, b"MULTI");
+        assert_eq!(Expect::of(&get, false), Expect::PLAIN);
+    }
+
+    #[test]
+    fn a_fill_answers_with_execs_array_between_plain_replies() {
+        let (_, fill) = fill(false);
+        let got = answers(
+            b"$1\r\na\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$2\r\nvv\r\n:1500\r\n:7\r\n",
+            &[Expect::PLAIN, fill, Expect::PLAIN],
+        );
+        assert_eq!(
+            got,
+            vec![
+                Frame::Bulk(Bytes::from_static(b"a")),
+                Frame::Array(vec![
+                    Frame::Bulk(Bytes::from_static(b"vv")),
+                    Frame::Integer(1500)
+                ]),
+                Frame::Integer(7),
+            ]
+        );
+        // A missing key: EXEC's [nil, -2].
+        let got = answers(
+            b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$-1\r\n:-2\r\n",
+            &[fill],
+        );
+        assert_eq!(
+            got,
+            vec![Frame::Array(vec![Frame::Null, Frame::Integer(-2)])]
+        );
+    }
+
+    #[test]
+    fn a_fill_answers_as_one_command_when_a_step_fails() {
+        let (_, fill) = fill(false);
+        let (_, asked) = fill_asking();
+        // GET of a list: EXEC's array holds GET's error.
+        let got = answers(
+            b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n:-1\r\n",
+            &[fill],
+        );
+        assert_eq!(
+            got,
+            vec![Frame::Error(Bytes::from_static(
+                b"WRONGTYPE Operation against a key holding the wrong kind of value"
+            ))]
+        );
+        // A cluster node that does not own the key: the first refusal, not
+        // EXEC's -EXECABORT, so the redirect is followed.
+        let moved = b"+OK\r\n-MOVED 12539 127.0.0.1:7001\r\n-MOVED 12539 127.0.0.1:7001\r\n-EXECABORT Transaction discarded because of previous errors.\r\n";
+        let want = vec![Frame::Error(Bytes::from_static(
+            b"MOVED 12539 127.0.0.1:7001",
+        ))];
+        assert_eq!(answers(moved, &[fill]), want);
+        // After ASKING: its +OK is dropped too.
+        let mut asked_replies = b"+OK\r\n".to_vec();
+        asked_replies.extend_from_slice(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$1\r\nv\r\n:-1\r\n");
+        assert_eq!(
+            answers(&asked_replies, &[asked]),
+            vec![Frame::Array(vec![
+                Frame::Bulk(Bytes::from_static(b"v")),
+                Frame::Integer(-1)
+            ])]
+        );
+        // A refusal of MULTI itself (a replica still loading).
+        let loading = b"-LOADING Redis is loading the dataset in memory\r\n-LOADING x\r\n-LOADING x\r\n-LOADING x\r\n";
+        assert_eq!(
+            answers(loading, &[fill]),
+            vec![Frame::Error(Bytes::from_static(
+                b"LOADING Redis is loading the dataset in memory"
+            ))]
+        );
+    }
+
+    fn fill_asking() -> (Bytes, Expect) {
+        fill(true)
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use memshift_pipeline::{Pipeline, Request};
 use metrics::Counter;
 
-use super::connection::{ConnectionSettings, RedisCodec, RedisConnector};
+use super::connection::{ConnectionSettings, Expect, RedisCodec, RedisConnector};
 use super::primary::Primary;
 use super::{BackendRequest, Retry, Routed};
 use crate::metrics::ShardMetrics;
@@ -91,8 +91,8 @@ impl Replica {
         };
         // Refused (queue full, stopped): the codec's `fail` retries it.
         let _ = self.conn.send(Request {
+            expect: Expect::of(&req.cmd, false),
             bytes: req.cmd,
-            expect: false,
             caller,
         });
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use memshift_pipeline::{Pipeline, Request};
 
-use super::connection::{ConnectionSettings, RedisCodec, RedisConnector};
+use super::connection::{ConnectionSettings, Expect, RedisCodec, RedisConnector};
 use super::{BackendError, BackendRequest, Routed};
 use crate::metrics::{ErrorKind, ShardMetrics};
 use bytes::Bytes;
@@ -142,8 +142,8 @@ impl Shard {
     pub(super) fn send_routed(&self, lane: usize, bytes: Bytes, asking: bool, caller: Routed) {
         let conn = &self.conns[lane % self.conns.len()];
         let sent = conn.send(Request {
+            expect: Expect::of(&bytes, asking),
             bytes,
-            expect: asking,
             caller,
         });
         // Refused (and answered already): count it.

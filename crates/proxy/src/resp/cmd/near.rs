@@ -3,7 +3,9 @@
 //!
 //! * GET and MGET keys of items are looked up before dispatch; a hit is
 //!   answered from memory. A miss the cache admits is read with its PTTL
-//!   ([`FILL_SCRIPT`]) under a ticket taken before the read is sent; every
+//!   (`translate::fill_read`: `[value or nil, pttl]`, a raw string as it
+//!   is, a key of another type GET's own WRONGTYPE) under a ticket taken
+//!   before the read is sent; every
 //!   answer read from Redis drops older copies of the item on every thread
 //!   and fills with the ticket, just before the reply is written.
 //! * Only memshift items are cached: a raw Redis string (no item header)
@@ -22,18 +24,8 @@ use super::super::RespSession;
 use super::Placed;
 use crate::near_cache::store::{self, Hit, Limits, Lookup};
 use crate::proxy::Proxy;
-use crate::redis::encoding;
+use crate::redis::{encoding, translate};
 use crate::router::Routes;
-
-/// A read that may fill the near cache: the value and its PTTL in one
-/// atomic step (the entry must not outlive the item). A foreign value is
-/// returned as is (RESP clients read raw strings too); a key of another
-/// type answers GET's own WRONGTYPE. Sent with EVAL (only admitted misses
-/// take this path): no script of the shared set changes.
-const FILL_SCRIPT: &[u8] = b"local v = redis.pcall('GET', KEYS[1]) \
-if type(v) == 'table' then return v end \
-if not v then return false end \
-return {v, redis.call('PTTL', KEYS[1])}";
 
 /// `key`'s near-cache lookup for a read from shard `shard`.
 fn lookup(routes: &Routes, shard: usize, key: &[u8], limits: &Limits) -> Lookup {
@@ -239,14 +231,10 @@ impl RespSession {
         }
     }
 
-    /// The fill read of `key` ([`FILL_SCRIPT`]).
+    /// The fill read of `key` (`translate::fill_read`).
     fn fill_read(&mut self, key: &[u8]) -> Bytes {
         self.cmd_buf.clear();
-        CommandWriter::new(&mut self.cmd_buf, 4)
-            .arg(b"EVAL")
-            .arg(FILL_SCRIPT)
-            .arg(b"1")
-            .arg(key);
+        translate::fill_read(&mut self.cmd_buf, key);
         self.cmd_buf.split().freeze()
     }
 }

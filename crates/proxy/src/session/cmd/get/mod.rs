@@ -27,7 +27,7 @@ use crate::redis::translate::{self, Expiry};
 use crate::router::{Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
 
-pub(in crate::session::cmd) use render::{meta_get_pttl, redis_item};
+pub(in crate::session::cmd) use render::{fill_pttl, redis_item};
 
 /// How a get/gets of one Redis key goes out.
 enum OneRead {
@@ -37,14 +37,6 @@ enum OneRead {
     Joined,
     /// Its command is in `cmd_buf`.
     Send,
-}
-
-/// `peek`: the value and its PTTL, changing nothing (a near-cache fill).
-fn peek() -> translate::MetaGet {
-    translate::MetaGet {
-        peek: true,
-        ..translate::MetaGet::default()
-    }
 }
 
 impl Session {
@@ -179,7 +171,7 @@ impl Session {
         match ticket {
             // Read with its remaining TTL, to bound the entry.
             Some(ticket) => {
-                translate::meta_get(&mut self.cmd_buf, key, &peek());
+                translate::fill_read(&mut self.cmd_buf, key);
                 r.near_lead = self.near_lead(&ticket, r.keys.raw(), key);
                 r.near_fill.push((0, ticket));
             }

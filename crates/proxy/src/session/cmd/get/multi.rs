@@ -9,7 +9,6 @@ use memshift_protocol::memcache::{client, Keys, RetrievalCommand};
 
 use super::super::super::pending::{Backfill, Op, Plan, Retrieval, Slot, NEAR_HIT, OWN_REPLY};
 use super::super::super::Session;
-use super::peek;
 use crate::near_cache::store::{Cached, Lookup, Ticket};
 use crate::redis::translate::{self, Expiry};
 use crate::router::{Backend, ReplyShape, Routes, Target};
@@ -225,7 +224,7 @@ impl Session {
     /// Near cache: each admitted key read with its TTL, its own part.
     fn send_fills(&mut self, routes: &Routes, groups: &Groups, parts: &mut Parts, seq: u64) {
         for &(shard, key) in &groups.fills {
-            translate::meta_get(&mut self.cmd_buf, key, &peek());
+            translate::fill_read(&mut self.cmd_buf, key);
             let part = parts.next();
             self.send(routes, Target::Redis { shard }, ReplyShape::Line, seq, part);
             parts.fill.push(part);

@@ -178,7 +178,7 @@ impl Session {
             cas: f.cas,
             data: f.data.clone(),
         });
-        let pttl = ticket.as_ref().and_then(|_| meta_get_pttl(frame));
+        let pttl = ticket.as_ref().and_then(|_| fill_pttl(frame));
         self.near_answered(ticket, key, item.as_ref(), pttl);
     }
 
@@ -265,7 +265,7 @@ fn request_failure(r: &Retrieval, results: &Results, as_misses: bool) -> Option<
 pub(in crate::session::cmd) fn redis_item(frame: &Frame, index: u32) -> Option<encoding::Item> {
     let value = match (frame, index) {
         (Frame::Bulk(v), OWN_REPLY) => v,
-        // The meta_get script (a near-cache fill): `{value, pttl}`.
+        // A near-cache fill (`translate::fill_read`): `[value, pttl]`.
         (Frame::Array(items), OWN_REPLY) => match items.first() {
             Some(Frame::Bulk(v)) => v,
             _ => return None,
@@ -278,8 +278,8 @@ pub(in crate::session::cmd) fn redis_item(frame: &Frame, index: u32) -> Option<e
     };
     encoding::decode(value)
 }
-/// The PTTL of a meta_get script reply `{value, pttl}`.
-pub(in crate::session::cmd) fn meta_get_pttl(frame: &Frame) -> Option<i64> {
+/// The PTTL of a near-cache fill's answer `[value, pttl]`.
+pub(in crate::session::cmd) fn fill_pttl(frame: &Frame) -> Option<i64> {
     match frame {
         Frame::Array(items) => match items.get(1) {
             Some(Frame::Integer(p)) => Some(*p),
