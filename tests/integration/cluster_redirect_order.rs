@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use memshift_tests::ops_support::wait_until;
+use memshift_tests::ops_support::{mc_stats, wait_until};
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::resp_proxy::wait_for_resp_listener;
 use memshift_tests::{free_port, require_tools, McClient, Memshift, RedisClient, Resp, Unit};
@@ -145,6 +145,108 @@ fn cluster_moved_mid_pipeline_keeps_a_resp_clients_order() {
         }
     }
     assert_in_order(&reordered);
+}
+
+/// A near-cache fill (`MULTI`, `GET`, `PTTL`, `EXEC`) redirected: with the
+/// slot mid-migration, the migrating node refuses the queued GET with
+/// `-ASK` (then `-EXECABORT`); memshift sends the transaction again after
+/// `ASKING` to the importing node, which runs it. Then the slot moves
+/// behind memshift's back: `-MOVED`, followed. Each time the get answers
+/// the value, and the cache fills (later gets are hits).
+#[test]
+fn cluster_near_cache_fills_follow_ask_and_moved() {
+    let Some((nodes, memshift)) = start(
+        "cluster_near_cache_fills_follow_ask_and_moved",
+        "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 1\n",
+    ) else {
+        return;
+    };
+    let slot = nodes.keyslot("{nc}");
+    let slot_arg = slot.to_string();
+    let from = nodes.master_of(slot);
+    let to = nodes
+        .masters()
+        .into_iter()
+        .find(|&i| i != from)
+        .expect("another master");
+    let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
+    let setslot = |node: usize, state: &[u8], id: &[u8]| {
+        nodes.cmd(
+            node,
+            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), state, id],
+        );
+    };
+    let mut c = memshift.client();
+    c.set_read_timeout(Duration::from_secs(30))
+        .expect("timeout");
+    let stat = |c: &mut McClient, name: &str| -> u64 {
+        mc_stats(c).expect("stats")[name].parse().expect("a count")
+    };
+    let hits = |c: &mut McClient| stat(c, "near_cache_hits");
+    // A write's invalidation push reaches memshift on its own connection,
+    // maybe after the read sent next, whose fill it then refuses (right:
+    // the write could be newer than what the read saw). Wait for it.
+    let pushed = |c: &mut McClient, before: u64| {
+        wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(10),
+            "the write's invalidation push",
+            || (stat(c, "near_cache_invalidations") > before).then_some(()),
+        );
+    };
+    let execs = |node: usize| -> u64 {
+        let Resp::Bulk(Some(info)) = nodes.cmd(node, &[b"INFO", b"commandstats"]) else {
+            panic!("INFO commandstats");
+        };
+        String::from_utf8_lossy(&info)
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_exec:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+
+    // -ASK: `add` is not written through, so the key is not cached yet.
+    setslot(to, b"IMPORTING", &from_id);
+    setslot(from, b"MIGRATING", &to_id);
+    let invalidations = stat(&mut c, "near_cache_invalidations");
+    c.send(b"add {nc}asked 5 0 5\r\nhello\r\n").expect("send");
+    assert_eq!(c.read_line().expect("add"), b"STORED\r\n");
+    pushed(&mut c, invalidations);
+    let before = (hits(&mut c), execs(to));
+    assert_eq!(c.get("{nc}asked").expect("get"), Some(b"hello".to_vec()));
+    assert!(execs(to) > before.1, "the fill ran on the importing node");
+    assert_eq!(c.get("{nc}asked").expect("get"), Some(b"hello".to_vec()));
+    assert_eq!(hits(&mut c), before.0 + 1, "the fill filled the cache");
+
+    // -MOVED: the slot's new owner holds an item memshift has not seen
+    // (format 1: version, flags, CAS, data).
+    move_slot(&nodes, slot);
+    let to = nodes.master_of(slot);
+    let mut item = vec![1u8];
+    item.extend_from_slice(&7u32.to_be_bytes());
+    item.extend_from_slice(&42u64.to_be_bytes());
+    item.extend_from_slice(b"moved");
+    let invalidations = stat(&mut c, "near_cache_invalidations");
+    nodes.cmd(to, &[b"SET", b"{nc}moved", &item]);
+    pushed(&mut c, invalidations);
+    let before = (hits(&mut c), execs(to));
+    c.send(b"gets {nc}moved\r\n").expect("send");
+    assert_eq!(c.read_line().expect("value"), b"VALUE {nc}moved 7 5 42\r\n");
+    assert_eq!(c.read_line().expect("data"), b"moved\r\n");
+    assert_eq!(c.read_line().expect("end"), b"END\r\n");
+    assert!(execs(to) > before.1, "the fill ran on the new owner");
+    // The redirect made memshift re-read the slot map: the key's entries
+    // now live under the new owner's tracking connection, so the next
+    // read may fill again before reads hit.
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(10),
+        "a near-cache hit of the moved key",
+        || {
+            assert_eq!(c.get("{nc}moved").expect("get"), Some(b"moved".to_vec()));
+            (hits(&mut c) > before.0).then_some(())
+        },
+    );
 }
 
 /// No read missed the write pipelined just before it.

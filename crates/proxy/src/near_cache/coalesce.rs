@@ -12,8 +12,9 @@
 //!   to open flight): no lock shared by unrelated connections, and
 //!   coalescing stays per thread.
 //!
-//! * **Who leads.** A read the near cache admits (sent as the peek
-//!   meta-get, with a [`super::store::Ticket`]) opens a *flight* for its
+//! * **Who leads.** A read the near cache admits (sent as the fill
+//!   transaction `translate::fill_read`, with a [`super::store::Ticket`])
+//!   opens a *flight* for its
 //!   key, holding the ticket's snapshot: the shard's tracking connection,
 //!   its generation and the key's epoch bucket, as they were when the read
 //!   was sent. Its [`Lead`] rides in the request's retrieval.
