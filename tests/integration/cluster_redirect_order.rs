@@ -34,21 +34,7 @@ fn cluster_redirects_keep_a_clients_pipelined_order() {
     };
     let slot = nodes.keyslot("{ord}");
     let slot_arg = slot.to_string();
-    let from = nodes.master_of(slot);
-    let to = nodes
-        .masters()
-        .into_iter()
-        .find(|&i| i != from)
-        .expect("another master");
-    let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
-    let setslot = |node: usize, state: &[u8], id: &[u8]| {
-        nodes.cmd(
-            node,
-            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), state, id],
-        );
-    };
-    setslot(to, b"IMPORTING", &from_id);
-    setslot(from, b"MIGRATING", &to_id);
+    let (from, to) = start_migration(&nodes, slot);
     let mut c = memshift.client();
     c.set_read_timeout(Duration::from_secs(30))
         .expect("timeout");
@@ -162,20 +148,6 @@ fn cluster_near_cache_fills_follow_ask_and_moved() {
         return;
     };
     let slot = nodes.keyslot("{nc}");
-    let slot_arg = slot.to_string();
-    let from = nodes.master_of(slot);
-    let to = nodes
-        .masters()
-        .into_iter()
-        .find(|&i| i != from)
-        .expect("another master");
-    let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
-    let setslot = |node: usize, state: &[u8], id: &[u8]| {
-        nodes.cmd(
-            node,
-            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), state, id],
-        );
-    };
     let mut c = memshift.client();
     c.set_read_timeout(Duration::from_secs(30))
         .expect("timeout");
@@ -206,8 +178,7 @@ fn cluster_near_cache_fills_follow_ask_and_moved() {
     };
 
     // -ASK: `add` is not written through, so the key is not cached yet.
-    setslot(to, b"IMPORTING", &from_id);
-    setslot(from, b"MIGRATING", &to_id);
+    let (_, to) = start_migration(&nodes, slot);
     let invalidations = stat(&mut c, "near_cache_invalidations");
     c.send(b"add {nc}asked 5 0 5\r\nhello\r\n").expect("send");
     assert_eq!(c.read_line().expect("add"), b"STORED\r\n");
@@ -274,12 +245,11 @@ fn start(test: &str, server_extra: &str) -> Option<(RedisClusterNodes, Memshift)
     Some((nodes, memshift))
 }
 
-/// Moves `slot` (its keys deleted first) to another master, behind
-/// memshift's back, the way a resharding tool does (importing, migrating,
-/// then the owner set on the new node first, which raises its config
-/// epoch so the cluster's gossip never hands the slot back), and waits
-/// until every node names the new owner.
-fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
+/// Leaves `slot` mid-migration from its master to another one
+/// (`IMPORTING` there, `MIGRATING` on the owner): every request for a key
+/// the owner does not hold is redirected with `-ASK`. Returns (owner,
+/// importing node).
+fn start_migration(nodes: &RedisClusterNodes, slot: u16) -> (usize, usize) {
     let slot_arg = slot.to_string();
     let from = nodes.master_of(slot);
     let to = nodes
@@ -287,21 +257,40 @@ fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
         .into_iter()
         .find(|&i| i != from)
         .expect("another master");
-    for i in 0..KEYS {
-        nodes.cmd(from, &[b"DEL", key(i).as_bytes()]);
-    }
     let (from_id, to_id) = (nodes.node_id(from), nodes.node_id(to));
-    let setslot = |node: usize, args: &[&[u8]]| {
-        let mut cmd: Vec<&[u8]> = vec![b"CLUSTER", b"SETSLOT", slot_arg.as_bytes()];
-        cmd.extend_from_slice(args);
-        nodes.cmd(node, &cmd);
+    let setslot = |node: usize, state: &[u8], id: &[u8]| {
+        nodes.cmd(
+            node,
+            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), state, id],
+        );
     };
-    setslot(to, &[b"IMPORTING", &from_id]);
-    setslot(from, &[b"MIGRATING", &to_id]);
-    setslot(to, &[b"NODE", &to_id]);
-    setslot(from, &[b"NODE", &to_id]);
+    setslot(to, b"IMPORTING", &from_id);
+    setslot(from, b"MIGRATING", &to_id);
+    (from, to)
+}
+
+/// Moves `slot` (its keys deleted first) to another master, behind
+/// memshift's back, the way a resharding tool does (importing, migrating,
+/// then the owner set on the new node first, which raises its config
+/// epoch so the cluster's gossip never hands the slot back), and waits
+/// until every node names the new owner.
+fn move_slot(nodes: &RedisClusterNodes, slot: u16) {
+    let slot_arg = slot.to_string();
+    for i in 0..KEYS {
+        nodes.cmd(nodes.master_of(slot), &[b"DEL", key(i).as_bytes()]);
+    }
+    let (from, to) = start_migration(nodes, slot);
+    let to_id = nodes.node_id(to);
+    let owned_by_to = |node: usize| {
+        nodes.cmd(
+            node,
+            &[b"CLUSTER", b"SETSLOT", slot_arg.as_bytes(), b"NODE", &to_id],
+        );
+    };
+    owned_by_to(to);
+    owned_by_to(from);
     for i in (0..6).filter(|&i| i != to && i != from) {
-        setslot(i, &[b"NODE", &to_id]);
+        owned_by_to(i);
     }
     nodes.wait_ok();
     let owner_seen_by = |n: usize| {
