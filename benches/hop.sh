@@ -136,7 +136,8 @@ uticks() { awk '{print $14}' "/proc/$MS/stat"; }
 parks() { cat /proc/"$MS"/task/*/status | awk '/^voluntary_ctxt/ {s += $2} END {print s}'; }
 # schedstat PIDS...: summed over every thread, "run_ns wait_ns timeslices"
 # (wait = runnable but not running: run-queue delay).
-schedstat() { [ $# -gt 0 ] || { echo 0 0 0; return; }; for p in "$@"; do cat /proc/"$p"/task/*/schedstat; done | awk '{r += $1; w += $2; n += $3} END {printf "%d %d %d\n", r, w, n}'; }
+# (%.0f, not %d: Debian's mawk clamps %d at 2^31 - 1, 2.1 s of nanoseconds.)
+schedstat() { [ $# -gt 0 ] || { echo 0 0 0; return; }; for p in "$@"; do cat /proc/"$p"/task/*/schedstat; done | awk '{r += $1; w += $2; n += $3} END {printf "%.0f %.0f %.0f\n", r, w, n}'; }
 # memshift's own view of a request (read to reply rendered): its duration
 # histogram for get, as cumulative bucket counts.
 durations() {
@@ -146,7 +147,7 @@ durations() {
 # The near cache's counters (NEAR=1): hits misses coalesced invalidations.
 nc_stats() {
     [ "${NEAR:-0}" = 1 ] || return 0
-    near_cache_stats_lines "$MP" | awk '{v[$1] = $2} END {printf "%d %d %d %d\n", v["hits"], v["misses"], v["coalesced"], v["invalidations"]}'
+    near_cache_stats_lines "$MP" | awk '{v[$1] = $2} END {printf "%.0f %.0f %.0f %.0f\n", v["hits"], v["misses"], v["coalesced"], v["invalidations"]}'
 }
 n0=$(nc_stats)
 s0=$(schedstat "$MS"); b0=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d0"
