@@ -5,9 +5,9 @@
 //!   answered from memory. A miss the cache admits is read with its PTTL
 //!   (`translate::fill_read`: `[value or nil, pttl]`, a raw string as it
 //!   is, a key of another type GET's own WRONGTYPE) under a ticket taken
-//!   before the read is sent; every
-//!   answer read from Redis drops older copies of the item on every thread
-//!   and fills with the ticket, just before the reply is written.
+//!   before the read is sent; every answer read from Redis drops older
+//!   copies of the item on every thread and fills with the ticket, just
+//!   before the reply is written.
 //! * Only memshift items are cached: a raw Redis string (no item header)
 //!   is observed as absent, as memcached clients see it, and always read
 //!   from Redis.
