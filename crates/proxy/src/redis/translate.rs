@@ -67,6 +67,17 @@ pub fn fill_read(buf: &mut BytesMut, key: &[u8]) {
     buf.extend_from_slice(EXEC);
 }
 
+/// The PTTL in a fill's answer `[value, pttl]` ([`fill_read`]).
+pub fn fill_pttl(answer: &Frame) -> Option<i64> {
+    match answer {
+        Frame::Array(items) => match items.get(1) {
+            Some(Frame::Integer(p)) => Some(*p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// `MULTI` as [`fill_read`] sends it. The fill is the only transaction
 /// sent on a shared connection (a RESP client's own MULTI goes to a
 /// dedicated one), so a request that starts with it is a fill.

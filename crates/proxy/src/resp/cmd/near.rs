@@ -86,13 +86,9 @@ fn answered(near: &crate::near_cache::NearCache, p: &Pending, read: NearRead, li
     };
     let (item, pttl) = match frame {
         Frame::Bulk(_) if read.index == OWN_REPLY => (bulk(Some(frame)), None),
-        Frame::Array(items) if read.index == OWN_REPLY => (
-            bulk(items.first()),
-            match items.get(1) {
-                Some(Frame::Integer(p)) => Some(*p),
-                _ => None,
-            },
-        ),
+        Frame::Array(items) if read.index == OWN_REPLY => {
+            (bulk(items.first()), translate::fill_pttl(frame))
+        }
         Frame::Array(items) => (bulk(items.get(read.index as usize)), None),
         // nil, WRONGTYPE: no item.
         _ => (None, None),

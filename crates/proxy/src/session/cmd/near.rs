@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::super::pending::{Op, PartResult, Retrieval, OWN_REPLY};
 use super::super::Session;
-use super::get::{fill_pttl, redis_item};
+use super::get::redis_item;
 use crate::near_cache::coalesce::{self, Joined, Lead};
 use crate::near_cache::store::{self, Hit, Limits, Lookup, Through, Ticket};
 use crate::near_cache::tracking::ThroughWrite;
@@ -271,7 +271,14 @@ pub(in crate::session) fn land(r: &mut Retrieval, result: &PartResult, limits: &
                 data: i.data,
             });
             let ticket = r.near_fill.pop().map(|(_, t)| t);
-            store::answered(near, ticket, key, item.as_ref(), fill_pttl(frame), limits);
+            store::answered(
+                near,
+                ticket,
+                key,
+                item.as_ref(),
+                translate::fill_pttl(frame),
+                limits,
+            );
             r.near_observed = true;
         }
         near.metrics.near_cache.coalesced(waiters.len());

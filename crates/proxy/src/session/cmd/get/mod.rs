@@ -27,7 +27,7 @@ use crate::redis::translate::{self, Expiry};
 use crate::router::{Backend, ReplyShape, Routes, Target};
 use crate::stats::bump;
 
-pub(in crate::session::cmd) use render::{fill_pttl, redis_item};
+pub(in crate::session::cmd) use render::redis_item;
 
 /// How a get/gets of one Redis key goes out.
 enum OneRead {

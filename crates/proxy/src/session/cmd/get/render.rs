@@ -20,7 +20,7 @@ use super::super::shadow::Change;
 use super::super::sink::Sink;
 use crate::near_cache::store::{Cached, Hit, Ticket};
 use crate::read_errors::ReadFailure;
-use crate::redis::{encoding, Reply};
+use crate::redis::{encoding, translate, Reply};
 use crate::router::{Access, Backend, Routes};
 use crate::stats::bump;
 
@@ -178,7 +178,7 @@ impl Session {
             cas: f.cas,
             data: f.data.clone(),
         });
-        let pttl = ticket.as_ref().and_then(|_| fill_pttl(frame));
+        let pttl = ticket.as_ref().and_then(|_| translate::fill_pttl(frame));
         self.near_answered(ticket, key, item.as_ref(), pttl);
     }
 
@@ -277,16 +277,6 @@ pub(in crate::session::cmd) fn redis_item(frame: &Frame, index: u32) -> Option<e
         _ => return None,
     };
     encoding::decode(value)
-}
-/// The PTTL of a near-cache fill's answer `[value, pttl]`.
-pub(in crate::session::cmd) fn fill_pttl(frame: &Frame) -> Option<i64> {
-    match frame {
-        Frame::Array(items) => match items.get(1) {
-            Some(Frame::Integer(p)) => Some(*p),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// The next VALUE of a memcached multi-get reply, if it is for `key`
