@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use memshift_tests::ops_support::{mc_stats, wait_until};
+use memshift_tests::ops_support::{mc_stats, redis_command_calls, wait_until};
 use memshift_tests::redis_cluster::RedisClusterNodes;
 use memshift_tests::resp_proxy::wait_for_resp_listener;
 use memshift_tests::{free_port, require_tools, McClient, Memshift, RedisClient, Resp, Unit};
@@ -133,24 +133,32 @@ fn cluster_moved_mid_pipeline_keeps_a_resp_clients_order() {
     assert_in_order(&reordered);
 }
 
-/// A near-cache fill (`MULTI`, `GET`, `PTTL`, `EXEC`) redirected: with the
-/// slot mid-migration, the migrating node refuses the queued GET with
-/// `-ASK` (then `-EXECABORT`); memshift sends the transaction again after
-/// `ASKING` to the importing node, which runs it. Then the slot moves
-/// behind memshift's back: `-MOVED`, followed. Each time the get answers
-/// the value, and the cache fills (later gets are hits).
+/// A near-cache fill (`MULTI`, `GET`, `PTTL`, `EXEC`) redirected, on the
+/// memcached port and the RESP port: with the slot mid-migration, the
+/// migrating node refuses the queued GET with `-ASK` (then `-EXECABORT`);
+/// memshift sends the transaction again after `ASKING` to the importing
+/// node, which runs it. Then the slot moves behind memshift's back:
+/// `-MOVED`, followed. Each time the read answers the value, and the cache
+/// fills (later reads are hits).
 #[test]
 fn cluster_near_cache_fills_follow_ask_and_moved() {
+    let resp_port = free_port();
     let Some((nodes, memshift)) = start(
         "cluster_near_cache_fills_follow_ask_and_moved",
-        "[near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 1\n",
+        &format!(
+            "resp_listen = \"127.0.0.1:{resp_port}\"\n\
+             [near_cache]\nenabled = true\nmax_ttl_ms = 60000\nadmit_reads = 1\n"
+        ),
     ) else {
         return;
     };
+    wait_for_resp_listener(&memshift, resp_port);
     let slot = nodes.keyslot("{nc}");
     let mut c = memshift.client();
     c.set_read_timeout(Duration::from_secs(30))
         .expect("timeout");
+    let mut r = RedisClient::connect(&format!("127.0.0.1:{resp_port}"), Duration::from_secs(30))
+        .expect("connect to the RESP port");
     let stat = |c: &mut McClient, name: &str| -> u64 {
         mc_stats(c).expect("stats")[name].parse().expect("a count")
     };
@@ -166,58 +174,76 @@ fn cluster_near_cache_fills_follow_ask_and_moved() {
             || (stat(c, "near_cache_invalidations") > before).then_some(()),
         );
     };
-    let execs = |node: usize| -> u64 {
-        let Resp::Bulk(Some(info)) = nodes.cmd(node, &[b"INFO", b"commandstats"]) else {
-            panic!("INFO commandstats");
-        };
-        String::from_utf8_lossy(&info)
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_exec:calls="))
-            .and_then(|rest| rest.split(',').next()?.parse().ok())
-            .unwrap_or(0)
+    let execs =
+        |node: usize| redis_command_calls(&nodes.cmd(node, &[b"INFO", b"commandstats"]), "exec");
+    // A read of `key` on the memcached port (`c`) or the RESP port (`r`).
+    let read = |c: &mut McClient, r: &mut RedisClient, resp: bool, key: &str| match resp {
+        false => c.get(key).expect("get"),
+        true => match r.cmd(&[b"GET", key.as_bytes()]).expect("GET") {
+            Resp::Bulk(value) => value,
+            other => panic!("GET {key}: {other:?}"),
+        },
     };
 
     // -ASK: `add` is not written through, so the key is not cached yet.
     let (_, to) = start_migration(&nodes, slot);
-    let invalidations = stat(&mut c, "near_cache_invalidations");
-    c.send(b"add {nc}asked 5 0 5\r\nhello\r\n").expect("send");
-    assert_eq!(c.read_line().expect("add"), b"STORED\r\n");
-    pushed(&mut c, invalidations);
-    let before = (hits(&mut c), execs(to));
-    assert_eq!(c.get("{nc}asked").expect("get"), Some(b"hello".to_vec()));
-    assert!(execs(to) > before.1, "the fill ran on the importing node");
-    assert_eq!(c.get("{nc}asked").expect("get"), Some(b"hello".to_vec()));
-    assert_eq!(hits(&mut c), before.0 + 1, "the fill filled the cache");
+    for (key, resp) in [("{nc}asked", false), ("{nc}asked-resp", true)] {
+        let invalidations = stat(&mut c, "near_cache_invalidations");
+        c.send(format!("add {key} 5 0 5\r\nhello\r\n").as_bytes())
+            .expect("send");
+        assert_eq!(c.read_line().expect("add"), b"STORED\r\n");
+        pushed(&mut c, invalidations);
+        let before = (hits(&mut c), execs(to));
+        assert_eq!(read(&mut c, &mut r, resp, key), Some(b"hello".to_vec()));
+        assert!(
+            execs(to) > before.1,
+            "{key}: the fill ran on the importing node"
+        );
+        assert_eq!(read(&mut c, &mut r, resp, key), Some(b"hello".to_vec()));
+        assert_eq!(
+            hits(&mut c),
+            before.0 + 1,
+            "{key}: the fill filled the cache"
+        );
+    }
 
-    // -MOVED: the slot's new owner holds an item memshift has not seen
-    // (format 1: version, flags, CAS, data).
-    move_slot(&nodes, slot);
-    let to = nodes.master_of(slot);
-    let mut item = vec![1u8];
-    item.extend_from_slice(&7u32.to_be_bytes());
-    item.extend_from_slice(&42u64.to_be_bytes());
-    item.extend_from_slice(b"moved");
-    let invalidations = stat(&mut c, "near_cache_invalidations");
-    nodes.cmd(to, &[b"SET", b"{nc}moved", &item]);
-    pushed(&mut c, invalidations);
-    let before = (hits(&mut c), execs(to));
-    c.send(b"gets {nc}moved\r\n").expect("send");
-    assert_eq!(c.read_line().expect("value"), b"VALUE {nc}moved 7 5 42\r\n");
-    assert_eq!(c.read_line().expect("data"), b"moved\r\n");
-    assert_eq!(c.read_line().expect("end"), b"END\r\n");
-    assert!(execs(to) > before.1, "the fill ran on the new owner");
-    // The redirect made memshift re-read the slot map: the key's entries
-    // now live under the new owner's tracking connection, so the next
-    // read may fill again before reads hit.
-    wait_until(
-        Duration::from_secs(20),
-        Duration::from_millis(10),
-        "a near-cache hit of the moved key",
-        || {
-            assert_eq!(c.get("{nc}moved").expect("get"), Some(b"moved".to_vec()));
-            (hits(&mut c) > before.0).then_some(())
-        },
-    );
+    // -MOVED, once per port (each read's redirect re-reads the slot map):
+    // the slot's new owner holds an item memshift has not seen (format 1:
+    // version, flags, CAS, data).
+    for (key, resp) in [("{nc}moved", false), ("{nc}moved-resp", true)] {
+        move_slot(&nodes, slot);
+        let to = nodes.master_of(slot);
+        let mut item = vec![1u8];
+        item.extend_from_slice(&7u32.to_be_bytes());
+        item.extend_from_slice(&42u64.to_be_bytes());
+        item.extend_from_slice(b"moved");
+        let invalidations = stat(&mut c, "near_cache_invalidations");
+        nodes.cmd(to, &[b"SET", key.as_bytes(), &item]);
+        pushed(&mut c, invalidations);
+        let before = (hits(&mut c), execs(to));
+        if resp {
+            assert_eq!(read(&mut c, &mut r, resp, key), Some(b"moved".to_vec()));
+        } else {
+            c.send(format!("gets {key}\r\n").as_bytes()).expect("send");
+            let value = format!("VALUE {key} 7 5 42\r\n");
+            assert_eq!(c.read_line().expect("value"), value.as_bytes());
+            assert_eq!(c.read_line().expect("data"), b"moved\r\n");
+            assert_eq!(c.read_line().expect("end"), b"END\r\n");
+        }
+        assert!(execs(to) > before.1, "{key}: the fill ran on the new owner");
+        // The redirect made memshift re-read the slot map: the key's
+        // entries now live under the new owner's tracking connection, so
+        // the next read may fill again before reads hit.
+        wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(10),
+            "a near-cache hit of the moved key",
+            || {
+                assert_eq!(read(&mut c, &mut r, resp, key), Some(b"moved".to_vec()));
+                (hits(&mut c) > before.0).then_some(())
+            },
+        );
+    }
 }
 
 /// No read missed the write pipelined just before it.

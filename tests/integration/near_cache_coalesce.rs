@@ -29,10 +29,10 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use memshift_tests::ops_support::{mc_stats, metric, wait_until};
+use memshift_tests::ops_support::{mc_stats, metric, redis_command_calls, wait_until};
 use memshift_tests::process::start_memshift_on_free_ports;
 use memshift_tests::{
-    memshift_config, require_tools, ClusterOptions, McClient, Memshift, RedisServer, Resp,
+    memshift_config, require_tools, ClusterOptions, McClient, Memshift, RedisServer,
 };
 
 const HERD: usize = 200;
@@ -86,17 +86,10 @@ fn start_with(timeout_ms: u64, threads: usize, server_extra: &str, redis_extra: 
 /// Redis read commands so far: GETs (a fill's, inside its MULTI/EXEC,
 /// counts too) and MGETs.
 fn redis_reads(shard: &RedisServer) -> u64 {
-    let Resp::Bulk(Some(info)) = shard.cmd(&[b"INFO", b"commandstats"]) else {
-        panic!("INFO commandstats");
-    };
-    let info = String::from_utf8_lossy(&info).into_owned();
-    ["cmdstat_get:", "cmdstat_mget:"]
+    let info = shard.cmd(&[b"INFO", b"commandstats"]);
+    ["get", "mget"]
         .iter()
-        .filter_map(|name| {
-            let line = info.lines().find(|l| l.starts_with(name))?;
-            let calls = line.split(['=', ',']).nth(1)?;
-            calls.parse::<u64>().ok()
-        })
+        .map(|command| redis_command_calls(&info, command))
         .sum()
 }
 

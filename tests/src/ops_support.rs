@@ -98,6 +98,20 @@ pub fn vm_rss_kib(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
+/// How often a Redis server ran `command` (lower case): its `calls` in
+/// `info`, the server's reply to `INFO commandstats` (0 if never).
+pub fn redis_command_calls(info: &Resp, command: &str) -> u64 {
+    let Resp::Bulk(Some(info)) = info else {
+        panic!("INFO commandstats: {info:?}");
+    };
+    let prefix = format!("cmdstat_{command}:calls=");
+    String::from_utf8_lossy(info)
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The memcached `stats` counters of a server, by name.
 pub fn mc_stats(client: &mut McClient) -> io::Result<HashMap<String, String>> {
     client.send(b"stats\r\n")?;
