@@ -7,7 +7,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 CARGO ?= cargo
 
-.PHONY: run run-tls test bench deps
+.PHONY: run run-tls test bench release deps
 
 ## run: install what is missing, start 3 Redis shards + memcached on loopback,
 ##      build and run memshift with config/local.toml (Ctrl-C stops everything);
@@ -31,6 +31,13 @@ test: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) build -p memshift-proxy
 	$(CARGO) test --workspace
+
+## release: the binary to ship and to benchmark: the release build made with
+##          profile-guided optimization (scripts/pgo-build.sh: an instrumented
+##          build, ≈ 1 minute of the benches' own loads over 3 local Redis
+##          shards, then the optimized build) -> target/pgo/memshift
+release:
+	./scripts/pgo-build.sh
 
 ## bench: install what is missing (redis-server), then the criterion micro
 ##        benches and the end-to-end bench (3 Redis shards + memshift, built

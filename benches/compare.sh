@@ -93,7 +93,9 @@
 # Knobs (environment): ROUNDS, DUR (seconds per run), MEMSHIFT_THREADS,
 # SUT_CPU, LOAD_CPU, BACKEND_CPU, SHARDS, NICE, PIN, QUIET_LOAD, RATE (open-loop
 # requests/s; default 50% of memshift's closed-loop max), MEMSHIFT_BIN
-# (binary to measure), CLUSTER_BENCH (1: run the cluster scenario, default;
+# (binary to measure; default the profile-guided build `make release` makes,
+# built first), PGO (0: build and measure the plain release build instead),
+# CLUSTER_BENCH (1: run the cluster scenario, default;
 # 0: skip it), SHAPES, CURVE_STEPS, CURVE_DUR, NC_WARM, RESP (0: skip the
 # RESP block), RESP_N, UNIX_BENCH (1: the unix-socket rows, default; 0: skip
 # them), FLOOR (1: the floor of a hop, default; 0: skip it).
@@ -435,10 +437,22 @@ if [ "$PROFILE" -eq 1 ] && ! command -v perf >/dev/null 2>&1; then
     apt_install linux-perf || log "perf unavailable: no profile"
 fi
 
-log "building release binaries (memshift, memshift-load)"
-cargo build --release -q -p memshift-proxy -p memshift-benches
-# MEMSHIFT_BIN: another memshift binary (an A/B of two builds, same script).
-MEMSHIFT=${MEMSHIFT_BIN:-$ROOT/target/release/memshift}
+log "building release binaries (memshift-load, memshift-floor)"
+cargo build --release -q -p memshift-benches
+# memshift as shipped (`make release`): the profile-guided build; PGO=0
+# measures the plain release build instead. MEMSHIFT_BIN: another memshift
+# binary (an A/B of two builds, same script); no build then.
+if [ -n "${MEMSHIFT_BIN:-}" ]; then
+    MEMSHIFT_BUILD="given: $MEMSHIFT_BIN"
+elif [ "${PGO:-1}" = 1 ]; then
+    log "building memshift with profile-guided optimization (scripts/pgo-build.sh)"
+    scripts/pgo-build.sh
+    MEMSHIFT_BUILD="profile-guided (make release)"
+else
+    cargo build --release -q -p memshift-proxy
+    MEMSHIFT_BUILD="plain release (PGO=0)"
+fi
+MEMSHIFT=${MEMSHIFT_BIN:-$ROOT/target/$([ "${PGO:-1}" = 1 ] && echo pgo || echo release)/memshift}
 LOAD=$ROOT/target/release/memshift-load
 FLOOR_BIN=$ROOT/target/release/memshift-floor
 
@@ -609,7 +623,7 @@ SYSTEMS=(memcached twemproxy memshift redis)
 # --- machine --------------------------------------------------------------------
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')${MEMSHIFT_BIN:+ (memshift binary: $MEMSHIFT_BIN)}"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/'); memshift build: ${MEMSHIFT_BUILD:-unknown}"
     echo "nproc: $(nproc)"
     echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)$(lscpu 2>/dev/null | awk -F': +' '/Hypervisor vendor/ {print ", hypervisor " $2}')"
     echo "kernel: $(uname -sr)"

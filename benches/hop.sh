@@ -34,6 +34,9 @@
 # run only, e.g. LOAD_ARGS="--shape event-loop --dist zipf:0.99"; RATIO (default
 # 90:10) the get:set mix. UNIX=1 also has memshift listen on a unix socket
 # and runs the measured load there (warm-up and prefill stay on TCP).
+# RESP=1 also has memshift listen for Redis clients (server.resp_listen) and
+# runs the measured load there with RESP GET/SET (--protocol redis; prefill
+# and warm-up stay on the memcached port, over the same items).
 # PERF_RECORD=FILE writes a `perf record` of the proxy during the run, with
 # PERF_RECORD_ARGS (default -g; e.g. "--call-graph dwarf -e cpu-clock:u").
 # PERF_USER=1 counts the proxy's user-space CPU per request from `perf`
@@ -65,7 +68,7 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev
 while :; do
     base=$(( 20000 + RANDOM % 12000 ))
     taken=0
-    for i in $(seq 0 $(( SHARDS + 1 ))); do port_in_use $(( base + i )) && taken=1; done
+    for i in $(seq 0 $(( SHARDS + 2 ))); do port_in_use $(( base + i )) && taken=1; done
     [ "$taken" = 1 ] || break
 done
 list=
@@ -95,12 +98,15 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
 done
 MP=$(( base + SHARDS ))
 [ "${UNIX:-0}" = 1 ] && UNIX_LISTEN=", \"unix:$W/m.sock\""
+RESP_LISTEN=
+[ "${RESP:-0}" = 1 ] && RESP_LISTEN="resp_listen = \"127.0.0.1:$(( base + SHARDS + 2 ))\""
 ADMIN_LISTEN=
 [ "${SCHED:-0}" = 1 ] && ADMIN_LISTEN="127.0.0.1:$(( base + SHARDS + 1 ))"
 cat >"$W/m.toml" <<T
 [server]
 listen = ["127.0.0.1:$MP"${UNIX_LISTEN:-}]
 threads = $THREADS
+$RESP_LISTEN
 [log]
 level = "warn"
 [admin]
@@ -179,8 +185,10 @@ mode=(--rate "$RATE")
 [ "$RATE" = 0 ] && mode=(--pipeline "$PIPELINE")
 MA=$A
 [ "${UNIX:-0}" = 1 ] && MA=unix:$W/m.sock
+PROTO=()
+[ "${RESP:-0}" = 1 ] && { MA=127.0.0.1:$(( base + SHARDS + 2 )); PROTO=(--protocol redis); }
 out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$MA" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
-    --duration "$DUR" "${mode[@]}" ${LOAD_ARGS:-} --json)
+    --duration "$DUR" "${mode[@]}" "${PROTO[@]}" ${LOAD_ARGS:-} --json)
 t1=$(ticks); u1=$(uticks); v1=$(parks)
 s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)
 if [ "${STRACE:-0}" = 1 ] || [ "${PERF:-0}" = 1 ] || [ -n "${PERF_RECORD:-}" ] || [ "${PERF_USER:-0}" = 1 ]; then kill -INT "$SP"; wait "$SP" 2>/dev/null || true; fi
