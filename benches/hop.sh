@@ -12,7 +12,8 @@
 # migration counts per request. The profile behind docs/benchmarks-history.md
 # "Issue 14".
 # Knobs: SHARDS (default 3) Redis shards; BACKEND_CPU (default 1, the proxy's
-# core) for the redis-servers; PROXY_CPU (default 1) for memshift, a list
+# core) for the redis-servers; LOAD_CPU (default 0) for the load generator;
+# PROXY_CPU (default 1) for memshift, a list
 # such as 0,1 for THREADS=2 on both cores; RATE=0 runs closed loop at
 # PIPELINE (default 1) requests per connection instead of open loop;
 # NICE=-20 runs every process of the benchmark at that nice level, so other
@@ -55,6 +56,7 @@ fi
 BIN=$1 RATE=$2 DUR=${3:-5} THREADS=${THREADS:-1}
 NI=(nice -n "${NICE:-0}")
 SHARDS=${SHARDS:-3} BACKEND_CPU=${BACKEND_CPU:-1} PROXY_CPU=${PROXY_CPU:-1} PIPELINE=${PIPELINE:-1}
+LOAD_CPU=${LOAD_CPU:-0}
 LOAD=${LOAD:-target/release/memshift-load}
 SYSTEM=${SYSTEM:-memshift}
 [ "$SYSTEM" = twemproxy ] && SHARDS=1
@@ -131,9 +133,9 @@ MS=$!; PIDS+=($MS)
 fi
 for i in $(seq 0 "$SHARDS"); do wait_for_port $(( base + i )) 15 || { cat "$W/m.log" >&2; exit 1; }; done
 A=127.0.0.1:$MP
-"${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --warmup --requests 0 --keys 100000 --value-size 100 --conns 16 >/dev/null 2>&1
+"${NI[@]}" taskset -c "$LOAD_CPU" "$LOAD" --addr "$A" --warmup --requests 0 --keys 100000 --value-size 100 --conns 16 >/dev/null 2>&1
 # The near cache starts cold: one unmeasured run of the measured load first.
-[ "${NEAR:-0}" = 1 ] && "${NI[@]}" taskset -c 0 "$LOAD" --addr "$A" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 \
+[ "${NEAR:-0}" = 1 ] && "${NI[@]}" taskset -c "$LOAD_CPU" "$LOAD" --addr "$A" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 \
     --value-size 100 --duration 3 --pipeline 1 ${LOAD_ARGS:-} --json >/dev/null
 ticks() { awk '{print $14 + $15}' "/proc/$MS/stat"; }
 uticks() { awk '{print $14}' "/proc/$MS/stat"; }
@@ -187,7 +189,7 @@ MA=$A
 [ "${UNIX:-0}" = 1 ] && MA=unix:$W/m.sock
 PROTO=()
 [ "${RESP:-0}" = 1 ] && { MA=127.0.0.1:$(( base + SHARDS + 2 )); PROTO=(--protocol redis); }
-out=$("${NI[@]}" taskset -c 0 "$LOAD" --addr "$MA" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
+out=$("${NI[@]}" taskset -c "$LOAD_CPU" "$LOAD" --addr "$MA" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
     --duration "$DUR" "${mode[@]}" "${PROTO[@]}" ${LOAD_ARGS:-} --json)
 t1=$(ticks); u1=$(uticks); v1=$(parks)
 s1=$(schedstat "$MS"); b1=$(schedstat "${BACKEND_PIDS[@]}"); durations "$W/d1"; c1=$(cpuline)

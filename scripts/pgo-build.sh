@@ -47,10 +47,10 @@ fi
 command -v taskset >/dev/null 2>&1 || apt_install util-linux
 command -v python3 >/dev/null 2>&1 || apt_install python3
 # hop.sh pins memshift and its shards to CPU 1, the load to CPU 0; a
-# one-CPU builder (a container, say) has no CPU 1.
-if [ "$(nproc)" -lt 2 ]; then
-    export PROXY_CPU=0 BACKEND_CPU=0
-fi
+# builder (a container, say) may be allowed other CPUs, or only one: the
+# first two it may use, or its only one for all.
+read -r -a cpus <<<"$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+export LOAD_CPU=${cpus[0]} PROXY_CPU=${cpus[1]:-${cpus[0]}} BACKEND_CPU=${cpus[1]:-${cpus[0]}}
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 PROFDATA=$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata
