@@ -55,6 +55,8 @@ export LOAD_CPU=${cpus[0]} PROXY_CPU=${cpus[1]:-${cpus[0]}} BACKEND_CPU=${cpus[1
 host=$(rustc -vV | sed -n 's/^host: //p')
 PROFDATA=$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata
 if [ ! -x "$PROFDATA" ]; then
+    command -v rustup >/dev/null 2>&1 \
+        || die "no $PROFDATA and no rustup to install it: a profile-guided build needs the llvm-profdata of rustc's own LLVM (rustup component add llvm-tools)"
     log "installing rustup's llvm-tools (llvm-profdata of rustc's own LLVM)"
     rustup component add llvm-tools
 fi
