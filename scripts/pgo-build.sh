@@ -64,10 +64,13 @@ fi
 
 log "building memshift-load (release) and memshift instrumented for PGO"
 cargo build --release -q --locked -p memshift-benches
-rm -rf "$RAW"
-mkdir -p "$RAW"
 RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$RAW" CARGO_TARGET_DIR=$PGO/instrumented \
     cargo build --release -q --locked -p memshift-proxy
+# Emptied after the build: RUSTFLAGS instrument the build scripts and
+# proc-macros too, and their runs during the build would write profiles of
+# their own.
+rm -rf "$RAW"
+mkdir -p "$RAW"
 INSTRUMENTED=$PGO/instrumented/release/memshift
 
 # The training loads: what users run and what the benchmarks measure. Each
