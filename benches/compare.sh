@@ -443,16 +443,18 @@ cargo build --release -q -p memshift-benches
 # measures the plain release build instead. MEMSHIFT_BIN: another memshift
 # binary (an A/B of two builds, same script); no build then.
 if [ -n "${MEMSHIFT_BIN:-}" ]; then
+    MEMSHIFT=$MEMSHIFT_BIN
     MEMSHIFT_BUILD="given: $MEMSHIFT_BIN"
 elif [ "${PGO:-1}" = 1 ]; then
     log "building memshift with profile-guided optimization (scripts/pgo-build.sh)"
     scripts/pgo-build.sh
+    MEMSHIFT=$ROOT/target/pgo/memshift
     MEMSHIFT_BUILD="profile-guided (make release)"
 else
     cargo build --release -q -p memshift-proxy
+    MEMSHIFT=$ROOT/target/release/memshift
     MEMSHIFT_BUILD="plain release (PGO=0)"
 fi
-MEMSHIFT=${MEMSHIFT_BIN:-$ROOT/target/$([ "${PGO:-1}" = 1 ] && echo pgo || echo release)/memshift}
 LOAD=$ROOT/target/release/memshift-load
 FLOOR_BIN=$ROOT/target/release/memshift-floor
 

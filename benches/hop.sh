@@ -100,8 +100,9 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
 done
 MP=$(( base + SHARDS ))
 [ "${UNIX:-0}" = 1 ] && UNIX_LISTEN=", \"unix:$W/m.sock\""
+RESP_ADDR=127.0.0.1:$(( base + SHARDS + 2 ))
 RESP_LISTEN=
-[ "${RESP:-0}" = 1 ] && RESP_LISTEN="resp_listen = \"127.0.0.1:$(( base + SHARDS + 2 ))\""
+[ "${RESP:-0}" = 1 ] && RESP_LISTEN="resp_listen = \"$RESP_ADDR\""
 ADMIN_LISTEN=
 [ "${SCHED:-0}" = 1 ] && ADMIN_LISTEN="127.0.0.1:$(( base + SHARDS + 1 ))"
 cat >"$W/m.toml" <<T
@@ -188,7 +189,7 @@ mode=(--rate "$RATE")
 MA=$A
 [ "${UNIX:-0}" = 1 ] && MA=unix:$W/m.sock
 PROTO=()
-[ "${RESP:-0}" = 1 ] && { MA=127.0.0.1:$(( base + SHARDS + 2 )); PROTO=(--protocol redis); }
+[ "${RESP:-0}" = 1 ] && { MA=$RESP_ADDR; PROTO=(--protocol redis); }
 out=$("${NI[@]}" taskset -c "$LOAD_CPU" "$LOAD" --addr "$MA" --conns 50 --ratio ${RATIO:-90:10} --keys 100000 --value-size 100 \
     --duration "$DUR" "${mode[@]}" "${PROTO[@]}" ${LOAD_ARGS:-} --json)
 t1=$(ticks); u1=$(uticks); v1=$(parks)

@@ -74,29 +74,25 @@ mkdir -p "$RAW"
 INSTRUMENTED=$PGO/instrumented/release/memshift
 
 # The training loads: what users run and what the benchmarks measure. Each
-# line is the environment of one benches/hop.sh run (or "-"), then its
-# rate (0: closed loop).
+# line is the rate of one benches/hop.sh run (0: closed loop), then its
+# environment.
 trainings=(
-    "LOAD_ARGS=--shape=per-conn 0"
-    "LOAD_ARGS=--shape=event-loop 0"
-    "PIPELINE=16 0"
-    "LOAD_ARGS=--protocol=binary 0"
-    "PIPELINE=16 LOAD_ARGS=--protocol=binary 0"
-    "RESP=1 0"
-    "RESP=1 PIPELINE=16 0"
-    "NEAR=1 LOAD_ARGS=--dist=zipf:0.99 0"
-    "NEAR=1 RESP=1 LOAD_ARGS=--dist=zipf:0.99 0"
-    "UNIX=1 0"
-    "- 20000"
+    "0 LOAD_ARGS=--shape=per-conn"
+    "0 LOAD_ARGS=--shape=event-loop"
+    "0 PIPELINE=16"
+    "0 LOAD_ARGS=--protocol=binary"
+    "0 PIPELINE=16 LOAD_ARGS=--protocol=binary"
+    "0 RESP=1"
+    "0 RESP=1 PIPELINE=16"
+    "0 NEAR=1 LOAD_ARGS=--dist=zipf:0.99"
+    "0 NEAR=1 RESP=1 LOAD_ARGS=--dist=zipf:0.99"
+    "0 UNIX=1"
+    "20000"
 )
 for t in "${trainings[@]}"; do
     read -r -a words <<<"$t"
-    rate=${words[-1]}
-    unset 'words[-1]'
-    env_args=()
-    for w in "${words[@]}"; do
-        [ "$w" = - ] || env_args+=("$w")
-    done
+    rate=${words[0]}
+    env_args=("${words[@]:1}")
     log "training: ${env_args[*]:-plain} at rate $rate"
     env "${env_args[@]}" benches/hop.sh "$INSTRUMENTED" "$rate" "$TRAIN_SECS" >/dev/null
 done
