@@ -350,17 +350,22 @@ mod tests {
                 let log = log.clone();
                 std::thread::spawn(move || {
                     let now = Instant::now();
+                    // The suppressed counts the lines carried.
                     (0..1000)
-                        .filter(|_| {
-                            log.record_at(now, b"k", CompareResult::ShadowMiss)
-                                .is_some()
-                        })
-                        .count()
+                        .filter_map(|_| log.record_at(now, b"k", CompareResult::ShadowMiss))
+                        .map(|line| (1, line.suppressed))
+                        .fold((0, 0), |(n, s), (m, t)| (n + m, s + t))
                 })
             })
             .collect();
-        let lines: usize = handles.into_iter().map(|h| h.join().unwrap_or(99)).sum();
+        let (lines, reported) = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or((99, 0)))
+            .fold((0, 0), |(n, s), (m, t)| (n + m, s + t));
         assert_eq!(lines, 1);
-        assert_eq!(log.suppressed.load(Ordering::Relaxed), 3999);
+        // Every other mismatch is counted once: in the line (another thread
+        // may count one between the winner's claim and its swap of the
+        // count) or still pending for the next line.
+        assert_eq!(reported + log.suppressed.load(Ordering::Relaxed), 3999);
     }
 }
