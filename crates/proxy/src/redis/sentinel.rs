@@ -13,7 +13,9 @@
 //!   we subscribed, is caught there). An answer is followed only if its
 //!   `config-epoch` is not older than the last one applied: a sentinel that
 //!   has not heard of a failover yet cannot send us back to the demoted
-//!   primary. `+promoted-slave` (the leader saw the chosen replica answer as
+//!   primary, and an answer from a sentinel with a failover of that master
+//!   in progress is not followed at all (see [`master_state`]).
+//!   `+promoted-slave` (the leader saw the chosen replica answer as
 //!   a primary; `get-master-addr-by-name` names it from then on, while
 //!   `+switch-master` can come seconds later) is followed at once, one
 //!   epoch above the applied one. Listening to all sentinels means the
@@ -411,9 +413,21 @@ pub(super) fn field(frame: &Frame, name: &[u8]) -> Option<bytes::Bytes> {
 }
 
 /// `SENTINEL MASTER`'s reply (a flat field/value array): the primary's
-/// `host:port` and the `config-epoch`.
+/// `host:port` and the `config-epoch`; `None` while that sentinel has a
+/// failover of the master in progress. Its leader raises the master's
+/// `config-epoch` to the failover's epoch when the chosen replica is
+/// promoted (`+promoted-slave`) but keeps naming the old primary until
+/// `+switch-master`, so such an answer would send us back to the dead
+/// primary with an epoch no older than the promotion's.
 fn master_state(frame: &Frame) -> Option<(String, u64)> {
     let field = |name: &[u8]| field(frame, name);
+    let flags = field(b"flags")?;
+    if flags
+        .split(|&b| b == b',')
+        .any(|f| f == b"failover_in_progress")
+    {
+        return None;
+    }
     let addr = join_addr(&field(b"ip")?, &field(b"port")?).ok()?;
     let epoch = std::str::from_utf8(&field(b"config-epoch")?)
         .ok()?
@@ -516,10 +530,25 @@ mod tests {
             bulk("10.0.0.2"),
             bulk("port"),
             bulk("6380"),
+            bulk("flags"),
+            bulk("master"),
             bulk("config-epoch"),
             bulk("3"),
         ]);
         assert_eq!(master_state(&master), Some(("10.0.0.2:6380".into(), 3)));
+        // The failover's leader between +promoted-slave and +switch-master:
+        // the old address in the new epoch, not to be followed.
+        let failing_over = Frame::Array(vec![
+            bulk("ip"),
+            bulk("10.0.0.1"),
+            bulk("port"),
+            bulk("6379"),
+            bulk("flags"),
+            bulk("s_down,o_down,master,failover_in_progress"),
+            bulk("config-epoch"),
+            bulk("4"),
+        ]);
+        assert_eq!(master_state(&failing_over), None);
         let replica = |port: &'static str, flags: &'static str| {
             Frame::Array(vec![
                 bulk("ip"),
