@@ -7,14 +7,16 @@
 # then each system's medians.
 #
 # SYSTEM: a memshift binary, or twemproxy, memcached or floor (hop.sh's
-# SYSTEM=...). Every other knob is hop.sh's, passed through the environment
+# SYSTEM=...); BINARY@LINE runs that binary with LINE added to its [server]
+# table (hop.sh's SERVER_EXTRA), e.g. target/pgo/memshift@idle_timeout_ms=60000.
+# Every other knob is hop.sh's, passed through the environment
 # (NICE, NEAR, RATIO, LOAD_ARGS, SCHED, PERF_USER, THREADS, ...), plus RATE
 # (default 0: closed loop) and DUR (default 5 s). NEAR=1 applies to memshift
 # binaries only. Example, two builds and twemproxy, near-cache load:
 #   NICE=-20 NEAR=1 LOAD_ARGS="--dist zipf:0.99" benches/ab.sh 3 /tmp/a /tmp/b
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-[ $# -ge 2 ] || { sed -n '2,14p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 ROUNDS=$1
 shift
 OUT=$(mktemp /tmp/memshift-ab.XXXXXX)
@@ -23,6 +25,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for system in "$@"; do
         case $system in
             twemproxy | memcached | floor) lines=$(NEAR=0 SYSTEM=$system benches/hop.sh x "${RATE:-0}" "${DUR:-5}" 2>&1) ;;
+            *@*) lines=$(SERVER_EXTRA=${system#*@} benches/hop.sh "${system%%@*}" "${RATE:-0}" "${DUR:-5}" 2>&1) ;;
             *) lines=$(benches/hop.sh "$system" "${RATE:-0}" "${DUR:-5}" 2>&1) ;;
         esac
         rate=$(printf '%s\n' "$lines" | grep '^rate ' | tail -1) || {

@@ -40,6 +40,8 @@
 # and warm-up stay on the memcached port, over the same items).
 # PERF_RECORD=FILE writes a `perf record` of the proxy during the run, with
 # PERF_RECORD_ARGS (default -g; e.g. "--call-graph dwarf -e cpu-clock:u").
+# SERVER_EXTRA adds lines to memshift's [server] table, e.g.
+# SERVER_EXTRA="idle_timeout_ms = 60000" (one per line; not a key hop.sh sets).
 # PERF_USER=1 counts the proxy's user-space CPU per request from `perf`
 # samples (4 kHz, user space only): finer than utime's ticks, for A/Bs of
 # user-space changes of a few percent.
@@ -110,6 +112,7 @@ cat >"$W/m.toml" <<T
 listen = ["127.0.0.1:$MP"${UNIX_LISTEN:-}]
 threads = $THREADS
 $RESP_LISTEN
+${SERVER_EXTRA:-}
 [log]
 level = "warn"
 [admin]
