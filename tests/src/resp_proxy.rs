@@ -116,3 +116,102 @@ pub fn send_and_read(stream: &mut TcpStream, bytes: &[u8], idle: Duration) -> (V
         }
     }
 }
+
+/// Send `bytes`, then read until one whole RESP2/RESP3 reply has arrived,
+/// the peer closes, or `limit` passes; returns what was read and whether
+/// the peer closed. For exchanges of one reply each, which `send_and_read`
+/// would make wait out its idle time every time. Bytes past the reply that
+/// came in the same read are kept, so an extra reply still shows.
+pub fn send_and_read_reply(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    limit: Duration,
+) -> (Vec<u8>, bool) {
+    stream.write_all(bytes).expect("write");
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while reply_len(&out).is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (out, false);
+        }
+        stream.set_read_timeout(Some(left)).expect("timeout");
+        match stream.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+    (out, false)
+}
+
+/// The length of the whole RESP2/RESP3 reply at the front of `buf`, once
+/// all of it is there.
+fn reply_len(buf: &[u8]) -> Option<usize> {
+    let line_end = buf.windows(2).position(|w| w == b"\r\n")?;
+    let kind = *buf.first()?;
+    let after = line_end + 2;
+    let count = || {
+        std::str::from_utf8(&buf[1..line_end])
+            .ok()?
+            .parse::<i64>()
+            .ok()
+    };
+    match kind {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(after),
+        b'$' | b'!' | b'=' => {
+            let Ok(n) = usize::try_from(count()?) else {
+                return Some(after); // $-1: a RESP2 null
+            };
+            let end = after + n + 2;
+            (buf.len() >= end).then_some(end)
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let Ok(n) = usize::try_from(count()?) else {
+                return Some(after); // *-1: a RESP2 null array
+            };
+            let items = if matches!(kind, b'%' | b'|') {
+                2 * n
+            } else {
+                n
+            };
+            let mut at = after;
+            for _ in 0..items {
+                at += reply_len(&buf[at..])?;
+            }
+            if kind == b'|' {
+                // Attributes come before the reply they describe.
+                at += reply_len(&buf[at..])?;
+            }
+            Some(at)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reply_len;
+
+    #[test]
+    fn a_reply_is_whole_only_once_all_of_it_is_there() {
+        assert_eq!(reply_len(b"+OK\r\n"), Some(5));
+        assert_eq!(reply_len(b"$1\r\n1\r\n+OK"), Some(7));
+        assert_eq!(reply_len(b"$3\r\nab"), None);
+        assert_eq!(reply_len(b"$-1\r\n"), Some(5));
+        assert_eq!(reply_len(b"_\r\n"), Some(3));
+        let map = b"%2\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n*1\r\n+x\r\n";
+        assert_eq!(reply_len(map), Some(map.len()));
+        assert_eq!(reply_len(&map[..map.len() - 1]), None);
+        assert_eq!(reply_len(b"?\r\n"), None);
+    }
+}

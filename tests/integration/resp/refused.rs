@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use memshift_tests::{require_tools, send_and_read, RespCluster};
+use memshift_tests::{require_tools, send_and_read, send_and_read_reply, RespCluster};
 
 fn request(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
@@ -126,7 +126,7 @@ fn resp_password_is_required() {
     }
     let cluster = RespCluster::start_with(3, "resp_password = \"s3cret\"\n");
     let exchange = |conn: &mut std::net::TcpStream, args: &[&str]| {
-        let (reply, closed) = send_and_read(conn, &request(args), Duration::from_secs(5));
+        let (reply, closed) = send_and_read_reply(conn, &request(args), Duration::from_secs(10));
         (String::from_utf8_lossy(&reply).into_owned(), closed)
     };
     let mut c = cluster.raw();
