@@ -99,21 +99,32 @@ pub fn send_and_read(stream: &mut TcpStream, bytes: &[u8], idle: Duration) -> (V
     stream.write_all(bytes).expect("write");
     stream.set_read_timeout(Some(idle)).expect("timeout");
     let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
     loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return (out, false)
-            }
-            Err(_) => return (out, true),
+        if let Some(closed) = read_more(stream, &mut out) {
+            return (out, closed);
         }
+    }
+}
+
+/// One read into `out`: `Some(closed)` once the exchange is over (the peer
+/// closed, or nothing came within the read timeout), `None` to read on.
+fn read_more(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<bool> {
+    let mut buf = [0u8; 4096];
+    match stream.read(&mut buf) {
+        Ok(0) => Some(true),
+        Ok(n) => {
+            out.extend_from_slice(&buf[..n]);
+            None
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Some(false)
+        }
+        Err(_) => Some(true),
     }
 }
 
@@ -130,25 +141,14 @@ pub fn send_and_read_reply(
     stream.write_all(bytes).expect("write");
     let deadline = Instant::now() + limit;
     let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
     while reply_len(&out).is_none() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return (out, false);
         }
         stream.set_read_timeout(Some(left)).expect("timeout");
-        match stream.read(&mut buf) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return (out, false)
-            }
-            Err(_) => return (out, true),
+        if let Some(closed) = read_more(stream, &mut out) {
+            return (out, closed);
         }
     }
     (out, false)
