@@ -389,16 +389,17 @@ pub fn healthy_replicas(frame: &Frame) -> Vec<String> {
         .iter()
         .filter_map(|r| {
             let field = |name: &[u8]| field(r, name);
-            let flags = field(b"flags")?;
-            let down = flags
-                .split(|&b| b == b',')
-                .any(|f| matches!(f, b"s_down" | b"o_down" | b"disconnected"));
-            if down {
+            if has_flag(&field(b"flags")?, &[b"s_down", b"o_down", b"disconnected"]) {
                 return None;
             }
             join_addr(&field(b"ip")?, &field(b"port")?).ok()
         })
         .collect()
+}
+
+/// Whether a Sentinel `flags` field (`s_down,master,...`) holds any of `names`.
+fn has_flag(flags: &[u8], names: &[&[u8]]) -> bool {
+    flags.split(|&b| b == b',').any(|f| names.contains(&f))
 }
 
 /// The value of `name` in a Sentinel reply's flat field/value array.
@@ -421,11 +422,7 @@ pub(super) fn field(frame: &Frame, name: &[u8]) -> Option<bytes::Bytes> {
 /// primary with an epoch no older than the promotion's.
 fn master_state(frame: &Frame) -> Option<(String, u64)> {
     let field = |name: &[u8]| field(frame, name);
-    let flags = field(b"flags")?;
-    if flags
-        .split(|&b| b == b',')
-        .any(|f| f == b"failover_in_progress")
-    {
+    if has_flag(&field(b"flags")?, &[b"failover_in_progress"]) {
         return None;
     }
     let addr = join_addr(&field(b"ip")?, &field(b"port")?).ok()?;
