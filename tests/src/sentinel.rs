@@ -276,14 +276,18 @@ impl SentinelTopology {
     }
 }
 
-/// `ROLE` of a node: "master" or "slave".
+/// `ROLE` of a node: "master" or "slave" (else what it answered, or why
+/// it did not). Sentinel ends each reconfiguration of a node with `CLIENT
+/// KILL TYPE normal`, which can reset this very connection mid-request:
+/// that is a "not yet" to a caller polling for a role, not a failure.
 pub fn role(node: &RedisServer) -> String {
-    match node.cmd(&[b"ROLE"]) {
-        Resp::Array(Some(items)) => match items.first() {
+    match node.client().cmd(&[b"ROLE"]) {
+        Ok(Resp::Array(Some(items))) => match items.first() {
             Some(Resp::Bulk(Some(r))) => String::from_utf8_lossy(r).into_owned(),
             other => format!("{other:?}"),
         },
-        other => format!("{other:?}"),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => format!("ROLE failed: {e}"),
     }
 }
 
