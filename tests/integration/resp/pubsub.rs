@@ -70,8 +70,13 @@ fn pubsub_bytes_match_plain_redis() {
     let cluster = RespCluster::start();
     let plain = RedisServer::start();
     for resp3 in [false, true] {
-        let want = subscribed_session(plain.port(), resp3);
-        let got = subscribed_session(cluster.resp_port, resp3);
+        // Both servers at once (one session per server at a time: PUBSUB
+        // NUMSUB counts every subscriber of the server).
+        let (want, got) = std::thread::scope(|scope| {
+            let want = scope.spawn(|| subscribed_session(plain.port(), resp3));
+            let got = subscribed_session(cluster.resp_port, resp3);
+            (want.join().expect("plain Redis session"), got)
+        });
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&want),
