@@ -35,6 +35,6 @@ pub use python::{
     PYTHON_BINARY_MEMCACHED, REDIS_PY,
 };
 pub use resp::{RedisClient, Resp};
-pub use resp_proxy::{send_and_read, send_and_read_reply, RespCluster};
+pub use resp_proxy::{on_both, send_and_read, send_and_read_reply, RespCluster};
 pub use socket::Socket;
 pub use verify::{VerifyConfig, VerifyLoad, VerifyReport};

@@ -93,6 +93,18 @@ pub fn wait_for_resp_listener(memshift: &Memshift, resp_port: u16) {
     }
 }
 
+/// `session` against plain Redis on `redis` and memshift's RESP port
+/// `memshift` at once: (Redis' result, memshift's). Each server has one
+/// session, so what one counts of its clients is unchanged; sessions that
+/// end by waiting for silence take half the time.
+pub fn on_both<T: Send>(redis: u16, memshift: u16, session: impl Fn(u16) -> T + Sync) -> (T, T) {
+    std::thread::scope(|scope| {
+        let want = scope.spawn(|| session(redis));
+        let got = session(memshift);
+        (want.join().expect("the plain Redis session"), got)
+    })
+}
+
 /// Send `bytes`, then read until the peer closes or `idle` passes with
 /// nothing new; returns what was read and whether the peer closed.
 pub fn send_and_read(stream: &mut TcpStream, bytes: &[u8], idle: Duration) -> (Vec<u8>, bool) {

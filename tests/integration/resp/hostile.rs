@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use memshift_tests::{require_tools, send_and_read, RedisServer, RespCluster};
+use memshift_tests::{on_both, require_tools, send_and_read, RedisServer, RespCluster};
 
 /// What a server answers to `input` on a fresh connection, and whether it
 /// closed the connection.
@@ -53,8 +53,9 @@ fn hostile_requests_get_redis_errors() {
         ),
     ];
     for (what, input) in &cases {
-        let want = exchange(plain.port(), input);
-        let got = exchange(cluster.resp_port, input);
+        let (want, got) = on_both(plain.port(), cluster.resp_port, |port| {
+            exchange(port, input)
+        });
         assert_eq!(
             got,
             want,

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use memshift_tests::ops_support::{metric, vm_rss_kib, wait_until};
-use memshift_tests::resp_proxy::{send_and_read, start_resp_memshift};
+use memshift_tests::resp_proxy::{on_both, send_and_read, start_resp_memshift};
 use memshift_tests::{require_tools, RedisServer, Resp, RespCluster};
 
 use super::clients::same_redis_py_output;
@@ -70,12 +70,10 @@ fn pubsub_bytes_match_plain_redis() {
     let cluster = RespCluster::start();
     let plain = RedisServer::start();
     for resp3 in [false, true] {
-        // Both servers at once (one session per server at a time: PUBSUB
-        // NUMSUB counts every subscriber of the server).
-        let (want, got) = std::thread::scope(|scope| {
-            let want = scope.spawn(|| subscribed_session(plain.port(), resp3));
-            let got = subscribed_session(cluster.resp_port, resp3);
-            (want.join().expect("plain Redis session"), got)
+        // One session per server at a time: PUBSUB NUMSUB counts every
+        // subscriber of the server.
+        let (want, got) = on_both(plain.port(), cluster.resp_port, |port| {
+            subscribed_session(port, resp3)
         });
         assert_eq!(
             String::from_utf8_lossy(&got),
@@ -131,13 +129,7 @@ fn pubsub_hello_while_subscribed_matches_plain_redis() {
     }
     let cluster = RespCluster::start();
     let plain = RedisServer::start();
-    // Both at once (each on its own server): the session's idle waits
-    // made it 23 s one after the other.
-    let (want, got) = std::thread::scope(|scope| {
-        let want = scope.spawn(|| protocol_switch_session(plain.port()));
-        let got = protocol_switch_session(cluster.resp_port);
-        (want.join().expect("plain Redis session"), got)
-    });
+    let (want, got) = on_both(plain.port(), cluster.resp_port, protocol_switch_session);
     assert_eq!(
         String::from_utf8_lossy(&got),
         String::from_utf8_lossy(&want)
